@@ -1,0 +1,32 @@
+//! Eviction policies for memvisor.
+//!
+//! One library decides which unit of memory (a page, or a chunk of pages) leaves a resident set
+//! of fixed capacity, for the trace-driven simulator now and for the userfaultfd pager later.
+//! Every policy implements [`EvictionPolicy`]; a [`PolicySpec`] names one (`"clock"`,
+//! `"chunk-queues:m=8"`) and builds it.
+//!
+//! Two information models ([`InformationModel`]) drive the same policies: *exact*, where every
+//! access is reported, and *sampled*, where hits only set a reference bit read at periodic
+//! samples, as a pager sees accessed bits.
+//!
+//! Building blocks: [`UnitTable`] maps unit ids to dense slots and keeps reference bits;
+//! [`SlotLists`] threads O(1) doubly linked lists through those slots. Storage is allocated at
+//! construction; no policy allocates per access.
+
+mod clock;
+mod eviction_policy;
+mod fifo;
+mod lru;
+mod policy_error;
+mod policy_spec;
+mod slot_lists;
+mod unit_table;
+
+pub use clock::Clock;
+pub use eviction_policy::{EvictionPolicy, InformationModel};
+pub use fifo::Fifo;
+pub use lru::Lru;
+pub use policy_error::PolicyError;
+pub use policy_spec::{Future, PolicyParams, PolicySpec};
+pub use slot_lists::SlotLists;
+pub use unit_table::{Slot, UnitId, UnitTable, NO_SLOT};

@@ -1,0 +1,102 @@
+//! Randomized invariant tests for every policy against a shadow model of the resident set.
+//!
+//! Whatever the policy decides, the resident set it reports must match the set implied by the
+//! operations and the victims it returned: no unit lost, none duplicated, capacity respected.
+
+use std::collections::HashSet;
+
+use memvisor_policy::{EvictionPolicy, PolicySpec};
+
+/// A small deterministic generator (SplitMix64) so failures replay.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn check_against_shadow(spec: &PolicySpec, capacity: usize, universe: u64, seed: u64) {
+    let ops = 20_000usize;
+    let mut rng = Rng(seed);
+    // Offline policies get the future of the access stream; generate it first.
+    let stream: Vec<u64> = (0..ops).map(|_| rng.below(universe)).collect();
+    let future = spec.is_offline().then(|| {
+        let mut next = vec![u64::MAX; ops];
+        let mut last = std::collections::HashMap::new();
+        for i in (0..ops).rev() {
+            if let Some(&j) = last.get(&stream[i]) {
+                next[i] = j;
+            }
+            last.insert(stream[i], i as u64);
+        }
+        next.into()
+    });
+    let mut p: Box<dyn EvictionPolicy> = spec.build(capacity, future).unwrap();
+    let mut shadow: HashSet<u64> = HashSet::new();
+    let sampled = seed % 2 == 1;
+    for (i, &unit) in stream.iter().enumerate() {
+        let ctx = || format!("{spec} cap={capacity} seed={seed} step={i} unit={unit}");
+        assert_eq!(p.contains(unit), shadow.contains(&unit), "{}", ctx());
+        if shadow.contains(&unit) {
+            if sampled {
+                p.mark_referenced(unit);
+            } else {
+                p.on_hit(unit);
+            }
+        } else {
+            let was_full = shadow.len() == capacity;
+            match p.admit(unit) {
+                Some(v) if v == unit => {} // declined admission
+                Some(v) => {
+                    assert!(shadow.remove(&v), "{}: victim {v} was not resident", ctx());
+                    shadow.insert(unit);
+                }
+                None => {
+                    assert!(!was_full, "{}: full but nothing evicted", ctx());
+                    shadow.insert(unit);
+                }
+            }
+        }
+        assert_eq!(p.len(), shadow.len(), "{}", ctx());
+        assert!(p.len() <= capacity, "{}", ctx());
+        if i % 97 == 0 {
+            p.on_sample();
+        }
+        if !spec.is_offline() && i % 211 == 0 {
+            // The pager's page-out worker and munmap: evict ahead of demand, remove at random.
+            if let Some(v) = p.evict() {
+                assert!(shadow.remove(&v), "{}: evicted {v} not resident", ctx());
+            }
+            let r = rng.below(universe);
+            assert_eq!(p.remove(r), shadow.remove(&r), "{}: remove {r}", ctx());
+        }
+    }
+    for u in 0..universe {
+        assert_eq!(p.contains(u), shadow.contains(&u), "{spec} final unit {u}");
+    }
+    while let Some(v) = p.evict() {
+        assert!(shadow.remove(&v), "{spec}: drained {v} not resident");
+    }
+    assert!(
+        shadow.is_empty() || spec.is_offline(),
+        "{spec}: evict() stopped early"
+    );
+}
+
+#[test]
+fn every_policy_keeps_the_resident_set_consistent() {
+    for spec in PolicySpec::all() {
+        for (capacity, universe) in [(1, 4), (2, 3), (8, 40), (64, 100), (100, 5000)] {
+            for seed in 0..4 {
+                check_against_shadow(&spec, capacity, universe, seed);
+            }
+        }
+    }
+}
