@@ -26,8 +26,9 @@ const B2: usize = 1;
 /// [`on_sample`](EvictionPolicy::on_sample), referenced units of T1 and then of T2 move to the
 /// MRU end of T2 (their bits cleared), in LRU-to-MRU order.
 ///
-/// `p` and the adaptation steps are integers (`|B2| / |B1|` rounded down), as in libCacheSim
-/// and most implementations; the paper's δ is a real ratio. Outside the paper's setting (a
+/// `p` and the adaptation steps are real numbers, as in the paper (δ = `|B2| / |B1|` is a real
+/// ratio) and in libCacheSim; integer versions (`|B2| / |B1|` rounded down) differ slightly.
+/// Outside the paper's setting (a
 /// resident set that is always full once warm), the pager's [`evict`](EvictionPolicy::evict)
 /// and [`remove`](EvictionPolicy::remove) can leave room: a miss then trims the directory by the
 /// paper's rules but only replaces (demotes a resident unit) when the set is full, `evict`
@@ -51,7 +52,7 @@ pub struct Arc {
     /// Per ghost slot: whether the id is on B2 (else on B1).
     in_b2: Vec<bool>,
     /// Target size of T1, in `0..=capacity`.
-    p: usize,
+    p: f64,
 }
 
 impl Arc {
@@ -64,12 +65,12 @@ impl Arc {
             ghosts: UnitTable::new(capacity),
             ghost_lists: SlotLists::new(2, capacity),
             in_b2: vec![false; capacity],
-            p: 0,
+            p: 0.0,
         }
     }
 
     /// The current target size of T1.
-    pub fn target_t1(&self) -> usize {
+    pub fn target_t1(&self) -> f64 {
         self.p
     }
 
@@ -137,19 +138,23 @@ impl Arc {
     /// and the unit coming in was a B2 ghost), else the LRU unit of T2. The set is not empty.
     fn replace(&mut self, hit_in_b2: bool) -> UnitId {
         let t1 = self.resident.len(T1);
-        let from_t1 =
-            t1 > 0 && (t1 > self.p || (hit_in_b2 && t1 == self.p) || self.resident.is_empty(T2));
+        let t1_size = t1 as f64;
+        let from_t1 = t1 > 0
+            && (t1_size > self.p || (hit_in_b2 && t1_size == self.p) || self.resident.is_empty(T2));
         self.demote_lru(if from_t1 { T1 } else { T2 })
     }
 
     /// Brings in `unit`, remembered on ghost list `list` in `ghost`: adapts `p`, replaces if
     /// full, and puts `unit` at the MRU end of T2.
     fn admit_ghost(&mut self, unit: UnitId, ghost: Slot, list: usize) -> Option<UnitId> {
-        let (b1, b2) = (self.ghost_lists.len(B1), self.ghost_lists.len(B2));
+        let (b1, b2) = (
+            self.ghost_lists.len(B1) as f64,
+            self.ghost_lists.len(B2) as f64,
+        );
         if list == B1 {
-            self.p = (self.p + (b2 / b1).max(1)).min(self.capacity());
+            self.p = (self.p + (b2 / b1).max(1.0)).min(self.capacity() as f64);
         } else {
-            self.p = self.p.saturating_sub((b1 / b2).max(1));
+            self.p = (self.p - (b1 / b2).max(1.0)).max(0.0);
         }
         // Forget the ghost before REPLACE adds one, so the ghosts never exceed the capacity.
         self.ghost_lists.unlink(list, ghost);
@@ -301,7 +306,7 @@ mod tests {
         assert_eq!(ghost_ids(&p, B1), [3]);
         // 3 comes back: T1 was too small. p grows by 1 and 3 enters T2.
         assert_eq!(p.admit(3), Some(4));
-        assert_eq!(p.target_t1(), 1);
+        assert_eq!(p.target_t1(), 1.0);
         assert_eq!(ids(&p, T2), [1, 2, 3]);
         assert_eq!(ids(&p, T1), [5]);
         // Now |T1| = p: a new unit evicts from T2, whose LRU unit 1 becomes a B2 ghost.
@@ -310,7 +315,7 @@ mod tests {
         // 1 comes back: T2 was too small; p shrinks by max(1, |B1| / |B2|) = 1.
         assert_eq!(ghost_ids(&p, B1), [4]);
         assert_eq!(p.admit(1), Some(5));
-        assert_eq!(p.target_t1(), 0);
+        assert_eq!(p.target_t1(), 0.0);
         assert_eq!(ids(&p, T2), [2, 3, 1]);
     }
 
@@ -348,7 +353,7 @@ mod tests {
             }
             assert!(p.ghosts.len() <= p.capacity());
             assert!(p.resident.len(T1) + p.ghost_lists.len(B1) <= p.capacity());
-            assert!(p.target_t1() <= p.capacity());
+            assert!((0.0..=p.capacity() as f64).contains(&p.target_t1()));
         }
     }
 

@@ -27,8 +27,8 @@ const B2: usize = 1;
 /// tail of T2. Units always enter with the reference bit clear.
 ///
 /// Each clock is kept as a list whose head is the hand (as in [`crate::Clock`]): a unit at the
-/// tail is the one just behind the hand. `p` and the adaptation steps are integers
-/// (`|B2| / |B1|` rounded down).
+/// tail is the one just behind the hand. `p` and the adaptation steps are real numbers, as in the
+/// paper and in [`crate::Arc`].
 ///
 /// The paper's directory trimming (a miss on a full set trims after REPLACE, so for an instant
 /// the ghosts hold `capacity + 1` ids) is followed step by step, so the ghost table has room
@@ -55,7 +55,7 @@ pub struct Car {
     /// Per ghost slot: whether the id is on B2 (else on B1).
     in_b2: Vec<bool>,
     /// Target size of T1, in `0..=capacity`.
-    p: usize,
+    p: f64,
 }
 
 impl Car {
@@ -70,12 +70,12 @@ impl Car {
             ghosts: UnitTable::new(ghost_room),
             ghost_lists: SlotLists::new(2, ghost_room),
             in_b2: vec![false; ghost_room],
-            p: 0,
+            p: 0.0,
         }
     }
 
     /// The current target size of T1.
-    pub fn target_t1(&self) -> usize {
+    pub fn target_t1(&self) -> f64 {
         self.p
     }
 
@@ -120,7 +120,7 @@ impl Car {
         // Each turn of a hand clears the bit it reads, so this ends within two turns of both.
         loop {
             let t1 = self.clocks.len(T1);
-            let from_t1 = t1 > 0 && (t1 >= self.p.max(1) || self.clocks.is_empty(T2));
+            let from_t1 = t1 > 0 && (t1 as f64 >= self.p.max(1.0) || self.clocks.is_empty(T2));
             let clock = if from_t1 { T1 } else { T2 };
             let slot = self.clocks.front(clock).expect("a non-empty clock");
             if !self.units.take_referenced(slot) {
@@ -179,12 +179,15 @@ impl EvictionPolicy for Car {
         match ghost {
             None => self.insert_resident(T1, unit),
             Some(ghost) => {
-                let (b1, b2) = (self.ghost_lists.len(B1), self.ghost_lists.len(B2));
+                let (b1, b2) = (
+                    self.ghost_lists.len(B1) as f64,
+                    self.ghost_lists.len(B2) as f64,
+                );
                 let list = self.ghost_list_of(ghost);
                 if list == B1 {
-                    self.p = (self.p + (b2 / b1).max(1)).min(c);
+                    self.p = (self.p + (b2 / b1).max(1.0)).min(c as f64);
                 } else {
-                    self.p = self.p.saturating_sub((b1 / b2).max(1));
+                    self.p = (self.p - (b1 / b2).max(1.0)).max(0.0);
                 }
                 self.ghost_lists.unlink(list, ghost);
                 self.ghosts.remove_slot(ghost);
@@ -279,7 +282,7 @@ mod tests {
         assert_eq!((ids(&p, T1), ids(&p, T2)), (vec![3, 4], vec![1]));
         // 2 comes back from B1: T1 was too small. The T1 hand demotes 3 first.
         assert_eq!(p.admit(2), Some(3));
-        assert_eq!(p.target_t1(), 1);
+        assert_eq!(p.target_t1(), 1.0);
         assert_eq!(ids(&p, T2), [1, 2]);
         assert_eq!(ghost_ids(&p, B1), [3]);
         // |T1| = 1 >= p: a new unit demotes 4 from T1.
@@ -290,7 +293,7 @@ mod tests {
         assert_eq!(ghost_ids(&p, B2), [1]);
         // 1 comes back from B2: T2 was too small, the target shrinks, and 1 enters T2.
         assert_eq!(p.admit(1), Some(6));
-        assert_eq!(p.target_t1(), 0);
+        assert_eq!(p.target_t1(), 0.0);
         assert!(ids(&p, T2).ends_with(&[1]));
     }
 
@@ -315,7 +318,7 @@ mod tests {
                 p.clocks.len(T2) + p.ghost_lists.len(B2) <= 2 * c,
                 "step {i}"
             );
-            assert!(p.target_t1() <= c);
+            assert!((0.0..=c as f64).contains(&p.target_t1()));
             if i % 53 == 0 {
                 p.evict();
                 assert!(p.ghosts.len() <= c);

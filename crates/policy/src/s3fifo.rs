@@ -214,12 +214,13 @@ impl EvictionPolicy for S3Fifo {
         }
     }
     fn admit(&mut self, unit: UnitId) -> Option<UnitId> {
+        // Look in G before evicting: the eviction may push G's oldest id, `unit` itself, out.
+        let remembered = self.forget(unit);
         let victim = if self.units.is_full() {
             self.evict()
         } else {
             None
         };
-        let remembered = self.forget(unit);
         let to_main =
             remembered || (!self.has_evicted && self.queues.len(SMALL) >= self.small_target);
         let slot = self.units.insert(unit).expect("room after eviction");
