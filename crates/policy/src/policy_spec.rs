@@ -44,6 +44,9 @@ pub enum PolicySpec {
         ghost: f64,
         /// Hits in S that move a unit to M (`threshold`, default 2, at most 3).
         threshold: u8,
+        /// Until the first eviction, units that find S full go to M (`fill=main`, the default,
+        /// as libCacheSim) rather than to S (`fill=small`, as the paper's Algorithm 1).
+        fill_main: bool,
     },
 }
 
@@ -109,7 +112,10 @@ impl PolicySpec {
                 small,
                 ghost,
                 threshold,
-            } => Box::new(S3Fifo::with_parameters(capacity, small, ghost, threshold)),
+                fill_main,
+            } => Box::new(S3Fifo::with_parameters(
+                capacity, small, ghost, threshold, fill_main,
+            )),
         })
     }
 }
@@ -236,10 +242,18 @@ impl FromStr for PolicySpec {
                     threshold,
                     "must be 1, 2 or 3 (a 2-bit counter)",
                 )?;
+                let fill: String = params.take("fill", "main".to_string())?;
+                params.check(
+                    fill == "main" || fill == "small",
+                    "fill",
+                    &fill,
+                    "must be main (as libCacheSim) or small (as the paper)",
+                )?;
                 Self::S3Fifo {
                     small,
                     ghost,
                     threshold,
+                    fill_main: fill == "main",
                 }
             }
             _ => unreachable!("every name in NAMES has a parser"),
@@ -265,13 +279,16 @@ mod tests {
 
     #[test]
     fn s3_fifo_parameters_parse() {
-        let spec: PolicySpec = "S3_FIFO:small=0.2:threshold=1:ghost=0.5".parse().unwrap();
+        let spec: PolicySpec = "S3_FIFO:small=0.2:threshold=1:ghost=0.5:fill=small"
+            .parse()
+            .unwrap();
         assert_eq!(
             spec,
             PolicySpec::S3Fifo {
                 small: 0.2,
                 ghost: 0.5,
-                threshold: 1
+                threshold: 1,
+                fill_main: false,
             }
         );
         assert_eq!(spec.build(10, None).unwrap().name(), "s3-fifo");
