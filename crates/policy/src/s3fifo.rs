@@ -36,7 +36,8 @@ const MAX_FREQUENCY: u8 = 3;
 /// (unit-size objects, exact model; default fill vs the paper's) were 0.4712 vs 0.3570 on a loop
 /// of 120 units with capacity 100, 0.9253 vs 1.0000 on a loop of 1200 with capacity 100, and
 /// 0.4468 vs 0.3077 on that loop with capacity 1000; on Zipf-like traces (α 0.8 to 1.0,
-/// capacities 100 and 1000) the paper's fill missed 0.0001 to 0.0015 more.
+/// capacities 100 and 1000) the paper's fill missed 0.0001 to 0.0015 more. With `fill=small`
+/// this type matches libCacheSim's `S3FIFOv0` (low-level `S3FIFOv0_init`) exactly.
 ///
 /// The `threshold` parameter means what libCacheSim's `move_to_main_threshold` means: a unit
 /// moves from S to M when its counter is `>= threshold` (the paper's "freq > 1" is
@@ -50,8 +51,8 @@ const MAX_FREQUENCY: u8 = 3;
 ///
 /// Agreement with libCacheSim (`libcachesim.S3FIFO`, Python binding 0.3.5, unit-size objects,
 /// exact model, defaults small=0.1, ghost=0.9, threshold=2, and `fill_main`): identical hit/miss
-/// sequence on every trace tried (Zipf-like, Zipf with scans, loops) for capacities of at least
-/// 20, including that a unit moved from S to M starts M with a zero counter and that an id is
+/// sequence on every trace tried (Zipf-like, Zipf with scans, loops, and with removals mixed
+/// in) for capacities of at least 20, including that a unit moved from S to M starts M with a zero counter and that an id is
 /// looked up in G before the eviction that might push it out of G. Below 20 units they differ:
 /// libCacheSim does not insert into S an object whose size is not below S's size, so with
 /// unit-size objects and S of 0 or 1 units it caches nothing (miss ratio 1.0000, against 0.7381

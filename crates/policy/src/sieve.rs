@@ -19,9 +19,9 @@ use crate::unit_table::{Slot, UnitId, UnitTable};
 /// Cost: update O(1) (sets a bit); victim selection O(1) amortized, O(resident) worst case.
 ///
 /// Agreement with libCacheSim (`libcachesim.Sieve`, Python binding 0.3.5, unit-size objects,
-/// exact model): identical hit/miss sequence on every trace tried (Zipf-like and loops,
-/// capacities 10 to 1000); the same algorithm, including where the hand resumes after an
-/// eviction and after a removal.
+/// exact model): identical hit/miss sequence on every trace tried (Zipf-like with α 0.8 to 1.2,
+/// Zipf with scans, loops, and with removals mixed in; capacities 10 to 1000): the same
+/// algorithm, including where the hand resumes after an eviction and after a removal.
 #[derive(Debug, Clone)]
 pub struct Sieve {
     units: UnitTable,
