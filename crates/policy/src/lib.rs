@@ -13,20 +13,28 @@
 //! [`SlotLists`] threads O(1) doubly linked lists through those slots. Storage is allocated at
 //! construction; no policy allocates per access.
 
+mod arc;
+mod car;
 mod clock;
 mod eviction_policy;
 mod fifo;
 mod lru;
 mod policy_error;
 mod policy_spec;
+mod s3fifo;
+mod sieve;
 mod slot_lists;
 mod unit_table;
 
+pub use arc::Arc;
+pub use car::Car;
 pub use clock::Clock;
 pub use eviction_policy::{EvictionPolicy, InformationModel};
 pub use fifo::Fifo;
 pub use lru::Lru;
 pub use policy_error::PolicyError;
 pub use policy_spec::{Future, PolicyParams, PolicySpec};
+pub use s3fifo::S3Fifo;
+pub use sieve::Sieve;
 pub use slot_lists::SlotLists;
 pub use unit_table::{Slot, UnitId, UnitTable, NO_SLOT};

@@ -6,11 +6,15 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::arc::Arc as ArcPolicy;
+use crate::car::Car;
 use crate::clock::Clock;
 use crate::eviction_policy::EvictionPolicy;
 use crate::fifo::Fifo;
 use crate::lru::Lru;
 use crate::policy_error::PolicyError;
+use crate::s3fifo::S3Fifo;
+use crate::sieve::Sieve;
 use crate::unit_table::NO_SLOT;
 
 /// Next-access times of a whole trace, for offline policies: `future[i]` is the index of the next
@@ -26,11 +30,30 @@ pub enum PolicySpec {
     Clock,
     /// [`Lru`].
     Lru,
+    /// [`crate::Arc`].
+    Arc,
+    /// [`Car`].
+    Car,
+    /// [`Sieve`].
+    Sieve,
+    /// [`S3Fifo`].
+    S3Fifo {
+        /// S's share of the capacity (`small`, default 0.1).
+        small: f64,
+        /// G's size as a share of the capacity (`ghost`, default 0.9).
+        ghost: f64,
+        /// Hits in S that move a unit to M (`threshold`, default 2, at most 3).
+        threshold: u8,
+        /// Until the first eviction, units that find S full go to M (`fill=main`, the default,
+        /// as libCacheSim) rather than to S (`fill=small`, as the paper's Algorithm 1).
+        fill_main: bool,
+    },
 }
 
 impl PolicySpec {
     /// Every policy name the parser accepts, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "clock", "lru"];
+    pub const NAMES: &'static [&'static str] =
+        &["fifo", "clock", "lru", "arc", "car", "sieve", "s3-fifo"];
 
     /// The policy's name.
     pub fn name(&self) -> &'static str {
@@ -38,6 +61,10 @@ impl PolicySpec {
             Self::Fifo => "fifo",
             Self::Clock => "clock",
             Self::Lru => "lru",
+            Self::Arc => "arc",
+            Self::Car => "car",
+            Self::Sieve => "sieve",
+            Self::S3Fifo { .. } => "s3-fifo",
         }
     }
 
@@ -78,6 +105,17 @@ impl PolicySpec {
             Self::Fifo => Box::new(Fifo::new(capacity)),
             Self::Clock => Box::new(Clock::new(capacity)),
             Self::Lru => Box::new(Lru::new(capacity)),
+            Self::Arc => Box::new(ArcPolicy::new(capacity)),
+            Self::Car => Box::new(Car::new(capacity)),
+            Self::Sieve => Box::new(Sieve::new(capacity)),
+            &Self::S3Fifo {
+                small,
+                ghost,
+                threshold,
+                fill_main,
+            } => Box::new(S3Fifo::with_parameters(
+                capacity, small, ghost, threshold, fill_main,
+            )),
         })
     }
 }
@@ -174,11 +212,50 @@ impl FromStr for PolicySpec {
                 known: Self::NAMES.join(", "),
             });
         };
-        let params = PolicyParams::parse(canonical, rest)?;
+        let mut params = PolicyParams::parse(canonical, rest)?;
         let spec = match canonical {
             "fifo" => Self::Fifo,
             "clock" => Self::Clock,
             "lru" => Self::Lru,
+            "arc" => Self::Arc,
+            "car" => Self::Car,
+            "sieve" => Self::Sieve,
+            "s3-fifo" => {
+                let small = params.take("small", S3Fifo::DEFAULT_SMALL)?;
+                params.check(
+                    small > 0.0 && small < 1.0,
+                    "small",
+                    small,
+                    "must be in (0, 1)",
+                )?;
+                let ghost = params.take("ghost", S3Fifo::DEFAULT_GHOST)?;
+                params.check(
+                    (0.0..=1.0).contains(&ghost),
+                    "ghost",
+                    ghost,
+                    "must be in [0, 1]",
+                )?;
+                let threshold = params.take("threshold", S3Fifo::DEFAULT_THRESHOLD)?;
+                params.check(
+                    (1..=3).contains(&threshold),
+                    "threshold",
+                    threshold,
+                    "must be 1, 2 or 3 (a 2-bit counter)",
+                )?;
+                let fill: String = params.take("fill", "main".to_string())?;
+                params.check(
+                    fill == "main" || fill == "small",
+                    "fill",
+                    &fill,
+                    "must be main (as libCacheSim) or small (as the paper)",
+                )?;
+                Self::S3Fifo {
+                    small,
+                    ghost,
+                    threshold,
+                    fill_main: fill == "main",
+                }
+            }
             _ => unreachable!("every name in NAMES has a parser"),
         };
         params.finish()?;
@@ -201,6 +278,23 @@ mod tests {
     }
 
     #[test]
+    fn s3_fifo_parameters_parse() {
+        let spec: PolicySpec = "S3_FIFO:small=0.2:threshold=1:ghost=0.5:fill=small"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            spec,
+            PolicySpec::S3Fifo {
+                small: 0.2,
+                ghost: 0.5,
+                threshold: 1,
+                fill_main: false,
+            }
+        );
+        assert_eq!(spec.build(10, None).unwrap().name(), "s3-fifo");
+    }
+
+    #[test]
     fn bad_names_and_parameters_are_errors() {
         let e = "nope".parse::<PolicySpec>().unwrap_err();
         assert!(e.to_string().contains("unknown policy \"nope\""), "{e}");
@@ -208,6 +302,10 @@ mod tests {
         assert!(e.to_string().contains("unknown parameter"), "{e}");
         let e = "fifo:x".parse::<PolicySpec>().unwrap_err();
         assert!(e.to_string().contains("KEY=VALUE"), "{e}");
+        let e = "s3-fifo:small=1.5".parse::<PolicySpec>().unwrap_err();
+        assert!(e.to_string().contains("small=1.5"), "{e}");
+        let e = "s3-fifo:threshold=4".parse::<PolicySpec>().unwrap_err();
+        assert!(e.to_string().contains("2-bit"), "{e}");
         assert!(matches!(
             PolicySpec::Lru.build(0, None),
             Err(PolicyError::ZeroCapacity { .. })
