@@ -4,11 +4,13 @@ use crate::eviction_policy::EvictionPolicy;
 use crate::slot_lists::SlotLists;
 use crate::unit_table::{Slot, UnitId, UnitTable, NO_SLOT};
 
-/// Bits of a placement word that hold the queue index (m is at most 12).
-const QUEUE_BITS: u32 = 16;
-const QUEUE_MASK: u64 = (1 << QUEUE_BITS) - 1;
-/// `moved_in_period` of a unit no hit has moved.
-const NEVER: u64 = u64::MAX;
+/// A placement word: `period << PERIOD_SHIFT | MOVED_BY_HIT? | queue`.
+/// Bits that hold the queue index (m is at most 12).
+const QUEUE_MASK: u64 = 0xffff;
+/// Set when an exact-model hit placed the unit (so it moves at most once per period).
+const MOVED_BY_HIT: u64 = 1 << 16;
+/// Where the sample period of the placement starts (47 bits: 10^14 samples).
+const PERIOD_SHIFT: u32 = 17;
 
 /// Chunk queues: 2^m queues ordered by recency, queue 0 holding the least recently used units.
 ///
@@ -26,9 +28,10 @@ const NEVER: u64 = u64::MAX;
 /// samples (1 in the paper).
 ///
 /// Aging costs O(2^m), not O(units): it is 2^m list concatenations, and a unit's queue is
-/// derived lazily from the queue and aging epoch stored when it was last placed (every aging
+/// derived lazily from the queue and sample period stored when it was last placed (every aging
 /// step maps queue j to j >> 1, so the current queue is the stored one shifted right by the
-/// steps since, which is 0 after m steps). A bitmap of non-empty queues, with a summary word,
+/// steps since, which is 0 after m steps). The same word remembers whether a hit placed the unit,
+/// so one per-unit word serves both the lazy queue and the once-per-period rule. A bitmap of non-empty queues, with a summary word,
 /// finds the first non-empty queue with two find-first-set instructions.
 ///
 /// Source: Kourai et al., VMemDirect (seed 003, section 4.2), which replaces S-memV's 8-bit
@@ -40,10 +43,8 @@ const NEVER: u64 = u64::MAX;
 pub struct ChunkQueues {
     units: UnitTable,
     queues: SlotLists,
-    /// Per slot: `epoch << QUEUE_BITS | queue`, the queue it was placed in and when.
+    /// Per slot: the queue it was placed in, the period when, and whether by a hit.
     placement: Vec<u64>,
-    /// Per slot: the sample period in which a hit last moved it, or [`NEVER`].
-    moved_in_period: Vec<u64>,
     non_empty: QueueBitmap,
     /// Scratch for the sampled walk: each queue's tail when the walk started.
     walk_ends: Vec<Slot>,
@@ -51,11 +52,9 @@ pub struct ChunkQueues {
     referenced: usize,
     m: u32,
     age_every: u64,
-    /// Samples left before the next aging step.
-    samples_to_aging: u64,
     /// Sample periods completed.
     period: u64,
-    /// Aging steps taken.
+    /// Aging steps taken: `period / age_every`.
     epoch: u64,
 }
 
@@ -74,13 +73,11 @@ impl ChunkQueues {
             units: UnitTable::new(capacity),
             queues: SlotLists::new(queues, capacity),
             placement: vec![0; capacity],
-            moved_in_period: vec![NEVER; capacity],
             non_empty: QueueBitmap::new(queues),
             walk_ends: vec![NO_SLOT; queues],
             referenced: 0,
             m,
             age_every: u64::from(age_every.max(1)),
-            samples_to_aging: u64::from(age_every.max(1)),
             period: 0,
             epoch: 0,
         }
@@ -88,6 +85,13 @@ impl ChunkQueues {
 
     fn last_queue(&self) -> usize {
         (1 << self.m) - 1
+    }
+
+    /// The unit [`evict`](EvictionPolicy::evict) would take now, without taking it: the head of
+    /// the first non-empty queue. A pager can lock it before paging it out. O(1).
+    pub fn next_victim(&self) -> Option<UnitId> {
+        let queue = self.non_empty.first()?;
+        self.queues.front(queue).map(|slot| self.units.id(slot))
     }
 
     /// The queue resident `unit` is in.
@@ -100,7 +104,13 @@ impl ChunkQueues {
     fn queue(&self, slot: Slot) -> usize {
         let placed = self.placement[slot as usize];
         let queue = (placed & QUEUE_MASK) as usize;
-        let steps = self.epoch - (placed >> QUEUE_BITS);
+        let placed_period = placed >> PERIOD_SHIFT;
+        let placed_epoch = if self.age_every == 1 {
+            placed_period
+        } else {
+            placed_period / self.age_every
+        };
+        let steps = self.epoch - placed_epoch;
         if steps >= u64::from(self.m) {
             0
         } else {
@@ -108,12 +118,21 @@ impl ChunkQueues {
         }
     }
 
-    /// Appends `slot` (on no queue) to the tail of `queue`.
+    /// Appends `slot` (on no queue) to the tail of `queue`; `by_hit` if an exact-model hit
+    /// moves it.
     #[inline]
-    fn place(&mut self, slot: Slot, queue: usize) {
+    fn place(&mut self, slot: Slot, queue: usize, by_hit: bool) {
         self.queues.push_back(queue, slot);
         self.non_empty.set(queue);
-        self.placement[slot as usize] = (self.epoch << QUEUE_BITS) | queue as u64;
+        let flag = if by_hit { MOVED_BY_HIT } else { 0 };
+        self.placement[slot as usize] = (self.period << PERIOD_SHIFT) | flag | queue as u64;
+    }
+
+    /// Whether a hit already moved occupied `slot` in the current sample period.
+    #[inline]
+    fn moved_this_period(&self, slot: Slot) -> bool {
+        let placed = self.placement[slot as usize];
+        placed & MOVED_BY_HIT != 0 && placed >> PERIOD_SHIFT == self.period
     }
 
     /// Unlinks occupied `slot` from `queue`, where it is.
@@ -127,10 +146,10 @@ impl ChunkQueues {
 
     /// The access rule: from `queue` to the tail of min(queue + 2^(m-1), 2^m - 1).
     #[inline]
-    fn promote(&mut self, slot: Slot, queue: usize) {
+    fn promote(&mut self, slot: Slot, queue: usize, by_hit: bool) {
         self.unlink(slot, queue);
         let to = (queue + (1 << (self.m - 1))).min(self.last_queue());
-        self.place(slot, to);
+        self.place(slot, to, by_hit);
     }
 
     /// Sampled model: moves every referenced unit once, walking queues from 0 up.
@@ -154,8 +173,8 @@ impl ChunkQueues {
                 if self.units.take_referenced(slot) {
                     self.referenced -= 1;
                     // A hit (exact model) may already have moved it this period.
-                    if self.moved_in_period[slot as usize] != self.period {
-                        self.promote(slot, q);
+                    if !self.moved_this_period(slot) {
+                        self.promote(slot, q, false);
                     }
                     if self.referenced == 0 {
                         return;
@@ -209,10 +228,9 @@ impl EvictionPolicy for ChunkQueues {
         let Some(slot) = self.units.slot(unit) else {
             return;
         };
-        if self.moved_in_period[slot as usize] != self.period {
-            self.moved_in_period[slot as usize] = self.period;
+        if !self.moved_this_period(slot) {
             let queue = self.queue(slot);
-            self.promote(slot, queue);
+            self.promote(slot, queue, true);
         }
     }
     fn mark_referenced(&mut self, unit: UnitId) {
@@ -228,9 +246,7 @@ impl EvictionPolicy for ChunkQueues {
             self.move_referenced();
         }
         self.period += 1;
-        self.samples_to_aging -= 1;
-        if self.samples_to_aging == 0 {
-            self.samples_to_aging = self.age_every;
+        if self.period / self.age_every != self.epoch {
             self.age();
         }
     }
@@ -241,9 +257,8 @@ impl EvictionPolicy for ChunkQueues {
             None
         };
         let slot = self.units.insert(unit).expect("room after eviction");
-        self.moved_in_period[slot as usize] = NEVER;
         let last = self.last_queue();
-        self.place(slot, last);
+        self.place(slot, last, false);
         victim
     }
     fn evict(&mut self) -> Option<UnitId> {
@@ -463,7 +478,9 @@ mod tests {
                 assert_same_queues(&p, &r, &ctx);
             }
             if rng.below(50) == 0 {
-                assert_eq!(p.evict(), r.evict(), "{ctx}");
+                let next = p.next_victim();
+                assert_eq!(p.evict(), next, "{ctx}");
+                assert_eq!(next, r.evict(), "{ctx}");
                 let x = rng.below(universe);
                 assert_eq!(p.remove(x), r.take(x).is_some(), "{ctx}");
             }
@@ -502,6 +519,7 @@ mod tests {
         p.mark_referenced(3);
         p.on_sample(); // 3: 0 -> 2, then aging: 3 -> 1, 2 -> 0
         assert_eq!(p.queue_of(3), Some(1));
+        assert_eq!(p.next_victim(), Some(1));
         assert_eq!(p.admit(5), Some(1));
         assert_eq!(p.admit(6), Some(4));
         assert_eq!(p.admit(7), Some(2));
