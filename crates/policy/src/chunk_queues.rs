@@ -4,7 +4,8 @@ use crate::eviction_policy::EvictionPolicy;
 use crate::slot_lists::SlotLists;
 use crate::unit_table::{Slot, UnitId, UnitTable, NO_SLOT};
 
-/// A placement word: `period << PERIOD_SHIFT | MOVED_BY_HIT? | queue`.
+// A unit's placement word: `period << PERIOD_SHIFT | MOVED_BY_HIT (if set) | queue`.
+
 /// Bits that hold the queue index (m is at most 12).
 const QUEUE_MASK: u64 = 0xffff;
 /// Set when an exact-model hit placed the unit (so it moves at most once per period).
@@ -30,15 +31,18 @@ const PERIOD_SHIFT: u32 = 17;
 /// Aging costs O(2^m), not O(units): it is 2^m list concatenations, and a unit's queue is
 /// derived lazily from the queue and sample period stored when it was last placed (every aging
 /// step maps queue j to j >> 1, so the current queue is the stored one shifted right by the
-/// steps since, which is 0 after m steps). The same word remembers whether a hit placed the unit,
-/// so one per-unit word serves both the lazy queue and the once-per-period rule. A bitmap of non-empty queues, with a summary word,
-/// finds the first non-empty queue with two find-first-set instructions.
+/// steps since, which is 0 after m steps). The same word remembers whether a hit placed the
+/// unit, so one word per unit serves both the lazy queue and the once-per-period rule. A bitmap
+/// of non-empty queues, with a summary word, finds the first non-empty queue with two
+/// find-first-set instructions.
 ///
-/// Source: Kourai et al., VMemDirect (seed 003, section 4.2), which replaces S-memV's 8-bit
+/// Source: Muraoka and Kourai, VMemDirect, "Memory-virtualizing and -devirtualizing VM
+/// Migration with Private Virtual Memory" (seed 003, section 4.2), which replaces S-memV's 8-bit
 /// aging counters (see [`crate::Aging`]) to make page-out decisions independent of memory size.
-/// Cost: victim selection O(1) (two bit scans over at most 65 words); update O(1) (exact hit:
-/// unlink and append; sampled hit: set a bit); a sample O(2^m) in the exact model and
-/// O(resident) in the sampled one (reading the reference bits, stopping after the last set one).
+/// Cost: victim selection O(1) (two find-first-set instructions and a list head); update O(1)
+/// (exact hit: unlink and append; sampled hit: set a bit); a sample O(2^m) in the exact model
+/// and O(resident) in the sampled one (reading the reference bits, stopping after the last set
+/// one).
 #[derive(Debug, Clone)]
 pub struct ChunkQueues {
     units: UnitTable,
