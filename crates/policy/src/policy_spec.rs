@@ -6,12 +6,16 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::aging::Aging;
 use crate::arc::Arc as ArcPolicy;
+use crate::belady::Belady;
 use crate::car::Car;
+use crate::chunk_queues::ChunkQueues;
 use crate::clock::Clock;
 use crate::eviction_policy::EvictionPolicy;
 use crate::fifo::Fifo;
 use crate::lru::Lru;
+use crate::mglru::Mglru;
 use crate::policy_error::PolicyError;
 use crate::s3fifo::S3Fifo;
 use crate::sieve::Sieve;
@@ -48,12 +52,42 @@ pub enum PolicySpec {
         /// as libCacheSim) rather than to S (`fill=small`, as the paper's Algorithm 1).
         fill_main: bool,
     },
+    /// [`Aging`] with `bits`-bit counters.
+    Aging {
+        /// Counter width, 1..=32.
+        bits: u32,
+    },
+    /// [`ChunkQueues`] over 2^`m` queues, aging every `age_every` samples.
+    ChunkQueues {
+        /// Queue bits, 1..=12.
+        m: u32,
+        /// Samples between aging steps, at least 1.
+        age_every: u32,
+    },
+    /// [`Mglru`] with at most `gens` generations.
+    Mglru {
+        /// Maximum number of generations, 2..=16.
+        gens: u32,
+    },
+    /// [`Belady`]'s OPT (offline).
+    Opt,
 }
 
 impl PolicySpec {
     /// Every policy name the parser accepts, in the order tables list them.
-    pub const NAMES: &'static [&'static str] =
-        &["fifo", "clock", "lru", "arc", "car", "sieve", "s3-fifo"];
+    pub const NAMES: &'static [&'static str] = &[
+        "fifo",
+        "clock",
+        "lru",
+        "aging",
+        "chunk-queues",
+        "car",
+        "arc",
+        "sieve",
+        "s3-fifo",
+        "mglru",
+        "opt",
+    ];
 
     /// The policy's name.
     pub fn name(&self) -> &'static str {
@@ -65,6 +99,10 @@ impl PolicySpec {
             Self::Car => "car",
             Self::Sieve => "sieve",
             Self::S3Fifo { .. } => "s3-fifo",
+            Self::Aging { .. } => "aging",
+            Self::ChunkQueues { .. } => "chunk-queues",
+            Self::Mglru { .. } => "mglru",
+            Self::Opt => "opt",
         }
     }
 
@@ -78,7 +116,7 @@ impl PolicySpec {
 
     /// Whether the policy needs the trace's future.
     pub fn is_offline(&self) -> bool {
-        false
+        matches!(self, Self::Opt)
     }
 
     /// Builds a resident set of `capacity` units. `future` is required by offline policies and
@@ -100,7 +138,6 @@ impl PolicySpec {
                 max,
             });
         }
-        let _ = future;
         Ok(match self {
             Self::Fifo => Box::new(Fifo::new(capacity)),
             Self::Clock => Box::new(Clock::new(capacity)),
@@ -116,13 +153,56 @@ impl PolicySpec {
             } => Box::new(S3Fifo::with_parameters(
                 capacity, small, ghost, threshold, fill_main,
             )),
+            Self::Aging { bits } => Box::new(Aging::new(capacity, *bits)),
+            Self::ChunkQueues { m, age_every } => {
+                Box::new(ChunkQueues::new(capacity, *m, *age_every))
+            }
+            Self::Mglru { gens } => Box::new(Mglru::new(capacity, *gens)),
+            Self::Opt => match future {
+                Some(future) => Box::new(Belady::new(capacity, future)),
+                None => return Err(PolicyError::NeedsFuture { policy }),
+            },
         })
     }
 }
 
 impl fmt::Display for PolicySpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name())?;
+        match *self {
+            Self::Aging { bits } if bits != Aging::DEFAULT_BITS => write!(f, ":bits={bits}"),
+            Self::ChunkQueues { m, age_every } => {
+                if m != ChunkQueues::DEFAULT_M {
+                    write!(f, ":m={m}")?;
+                }
+                if age_every != 1 {
+                    write!(f, ":age-every={age_every}")?;
+                }
+                Ok(())
+            }
+            Self::Mglru { gens } if gens != Mglru::DEFAULT_GENS => write!(f, ":gens={gens}"),
+            Self::S3Fifo {
+                small,
+                ghost,
+                threshold,
+                fill_main,
+            } => {
+                if small != S3Fifo::DEFAULT_SMALL {
+                    write!(f, ":small={small}")?;
+                }
+                if ghost != S3Fifo::DEFAULT_GHOST {
+                    write!(f, ":ghost={ghost}")?;
+                }
+                if threshold != S3Fifo::DEFAULT_THRESHOLD {
+                    write!(f, ":threshold={threshold}")?;
+                }
+                if !fill_main {
+                    f.write_str(":fill=small")?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -256,6 +336,39 @@ impl FromStr for PolicySpec {
                     fill_main: fill == "main",
                 }
             }
+            "aging" => {
+                let bits: u32 = params.take("bits", Aging::DEFAULT_BITS)?;
+                params.check(
+                    (1..=Aging::MAX_BITS).contains(&bits),
+                    "bits",
+                    bits,
+                    "must be 1..=32",
+                )?;
+                Self::Aging { bits }
+            }
+            "chunk-queues" => {
+                let m: u32 = params.take("m", ChunkQueues::DEFAULT_M)?;
+                params.check(
+                    (1..=ChunkQueues::MAX_M).contains(&m),
+                    "m",
+                    m,
+                    "must be 1..=12",
+                )?;
+                let age_every: u32 = params.take("age-every", 1)?;
+                params.check(age_every >= 1, "age-every", age_every, "must be at least 1")?;
+                Self::ChunkQueues { m, age_every }
+            }
+            "mglru" => {
+                let gens: u32 = params.take("gens", Mglru::DEFAULT_GENS)?;
+                params.check(
+                    (Mglru::MIN_GENS..=Mglru::MAX_GENS).contains(&gens),
+                    "gens",
+                    gens,
+                    "must be 2..=16",
+                )?;
+                Self::Mglru { gens }
+            }
+            "opt" => Self::Opt,
             _ => unreachable!("every name in NAMES has a parser"),
         };
         params.finish()?;
@@ -272,8 +385,11 @@ mod tests {
         for spec in PolicySpec::all() {
             let again: PolicySpec = spec.name().parse().unwrap();
             assert_eq!(again, spec);
-            let p = spec.build(4, None).unwrap();
+            assert_eq!(spec.to_string(), spec.name());
+            let future = spec.is_offline().then(|| Future::from(vec![u64::MAX; 4]));
+            let p = spec.build(4, future).unwrap();
             assert_eq!(p.capacity(), 4);
+            assert_eq!(p.name(), spec.name());
         }
     }
 
@@ -292,6 +408,11 @@ mod tests {
             }
         );
         assert_eq!(spec.build(10, None).unwrap().name(), "s3-fifo");
+        assert_eq!(
+            spec.to_string(),
+            "s3-fifo:small=0.2:ghost=0.5:threshold=1:fill=small"
+        );
+        assert_eq!(spec.to_string().parse::<PolicySpec>().unwrap(), spec);
     }
 
     #[test]
@@ -310,5 +431,56 @@ mod tests {
             PolicySpec::Lru.build(0, None),
             Err(PolicyError::ZeroCapacity { .. })
         ));
+    }
+
+    #[test]
+    fn parameters_parse_validate_and_display() {
+        let spec: PolicySpec = "chunk-queues:m=6".parse().unwrap();
+        assert_eq!(spec, PolicySpec::ChunkQueues { m: 6, age_every: 1 });
+        assert_eq!(spec.to_string(), "chunk-queues:m=6");
+        for text in [
+            "chunk-queues:m=6:age-every=4",
+            "chunk-queues:age-every=2",
+            "aging:bits=16",
+            "mglru:gens=2",
+        ] {
+            let spec: PolicySpec = text.parse().unwrap();
+            assert_eq!(spec.to_string(), text);
+        }
+        assert_eq!(
+            "chunk_queues:m=8"
+                .parse::<PolicySpec>()
+                .unwrap()
+                .to_string(),
+            "chunk-queues"
+        );
+        for bad in [
+            "aging:bits=0",
+            "aging:bits=33",
+            "chunk-queues:m=0",
+            "chunk-queues:m=13",
+            "chunk-queues:age-every=0",
+            "chunk-queues:m=x",
+            "mglru:gens=1",
+            "mglru:gens=17",
+            "opt:k=1",
+        ] {
+            let e = bad.parse::<PolicySpec>().unwrap_err();
+            assert!(matches!(e, PolicyError::BadParameter { .. }), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn opt_is_offline_and_needs_the_future() {
+        let opt: PolicySpec = "opt".parse().unwrap();
+        assert!(opt.is_offline());
+        assert_eq!(
+            opt.build(4, None).err(),
+            Some(PolicyError::NeedsFuture { policy: "opt" })
+        );
+        assert!(PolicySpec::all()
+            .iter()
+            .filter(|s| s.is_offline())
+            .eq([&opt]));
     }
 }
