@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-try:
-    import libcachesim  # noqa: F401
-
-    LCS_ERROR = None
-except ImportError as e:  # pragma: no cover - depends on the machine
-    LCS_ERROR = e
-
-
-def pytest_collection_modifyitems(config, items):
-    """Without libcachesim, skip everything with the reason, unless in CI (then fail)."""
-    if LCS_ERROR is None:
-        return
-    if os.environ.get("CI"):
-        raise pytest.UsageError(
-            f"libcachesim cannot be imported ({LCS_ERROR}); CI must run the cross-check: "
-            "run scripts/install (pip install libcachesim)"
-        )
-    skip = pytest.mark.skip(
-        reason=f"libcachesim cannot be imported ({LCS_ERROR}); pip install libcachesim "
-        "(scripts/install) to run the cross-check"
-    )
-    for item in items:
-        item.add_marker(skip)
-
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:

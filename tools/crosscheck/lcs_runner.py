@@ -33,25 +33,30 @@ import libcachesim as lcs
 S3FIFO_MIN_SIZE = 10
 
 
-def _s3fifo(size: int):
+def _s3fifo(size: int, **kw):
     if size < S3FIFO_MIN_SIZE:
         raise ValueError(
             f"libCacheSim's S3FIFO aborts the process below {S3FIFO_MIN_SIZE} units (got {size})"
         )
     return lcs.S3FIFO(
-        cache_size=size, small_size_ratio=0.1, ghost_size_ratio=0.9, move_to_main_threshold=2
+        cache_size=size,
+        small_size_ratio=0.1,
+        ghost_size_ratio=0.9,
+        move_to_main_threshold=2,
+        **kw,
     )
 
 
-# memvisor policy name -> libCacheSim cache of a given size in units.
-POLICIES: dict[str, Callable[[int], object]] = {
-    "lru": lambda n: lcs.LRU(cache_size=n),
-    "fifo": lambda n: lcs.FIFO(cache_size=n),
-    "clock": lambda n: lcs.Clock(cache_size=n, init_freq=0, n_bit_counter=1),
-    "arc": lambda n: lcs.ARC(cache_size=n),
+# memvisor policy name -> libCacheSim cache of a given size in units; keyword arguments are
+# common cache parameters (e.g. hashpower: log2 of the hash table's buckets, default 24).
+POLICIES: dict[str, Callable[..., object]] = {
+    "lru": lambda n, **kw: lcs.LRU(cache_size=n, **kw),
+    "fifo": lambda n, **kw: lcs.FIFO(cache_size=n, **kw),
+    "clock": lambda n, **kw: lcs.Clock(cache_size=n, init_freq=0, n_bit_counter=1, **kw),
+    "arc": lambda n, **kw: lcs.ARC(cache_size=n, **kw),
     "s3-fifo": _s3fifo,
-    "sieve": lambda n: lcs.Sieve(cache_size=n),
-    "opt": lambda n: lcs.Belady(cache_size=n),
+    "sieve": lambda n, **kw: lcs.Sieve(cache_size=n, **kw),
+    "opt": lambda n, **kw: lcs.Belady(cache_size=n, **kw),
 }
 
 
@@ -73,13 +78,14 @@ def open_trace(path: Path | str):
     return lcs.TraceReader(trace=str(path), trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
 
 
-def run_one(path: Path | str, policy: str, size: int) -> Row:
-    """Simulates one (policy, size); `seconds` is the wall time of process_trace alone."""
+def run_one(path: Path | str, policy: str, size: int, hashpower: int | None = None) -> Row:
+    """Simulates one (policy, size); `seconds` is the wall time of process_trace alone.
+    `hashpower` overrides libCacheSim's default hash table size (2**24 buckets)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if size < 1:
         raise ValueError(f"cache size must be at least 1 unit, got {size}")
-    cache = POLICIES[policy](size)
+    cache = POLICIES[policy](size, **({} if hashpower is None else {"hashpower": hashpower}))
     reader = open_trace(path)
     requests = reader.get_num_of_req()
     start = time.perf_counter()
@@ -96,9 +102,11 @@ def run_one(path: Path | str, policy: str, size: int) -> Row:
     )
 
 
-def run(path: Path | str, policies: list[str], sizes: list[int]) -> list[Row]:
+def run(
+    path: Path | str, policies: list[str], sizes: list[int], hashpower: int | None = None
+) -> list[Row]:
     """Every (policy, size), grouped by policy, sizes ascending."""
-    return [run_one(path, p, s) for p in policies for s in sorted(set(sizes))]
+    return [run_one(path, p, s, hashpower) for p in policies for s in sorted(set(sizes))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,11 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("trace", help="oracleGeneral trace (uncompressed)")
     ap.add_argument("--policy", default="lru,fifo,clock,arc,s3-fifo,sieve,opt")
     ap.add_argument("--size", required=True, help="cache sizes in units, comma separated")
+    ap.add_argument("--hashpower", type=int, help="libCacheSim hash table: 2**N buckets")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     sizes = [int(s) for s in args.size.split(",") if s.strip()]
-    rows = run(args.trace, policies, sizes)
+    rows = run(args.trace, policies, sizes, args.hashpower)
     if args.json:
         json.dump([asdict(r) for r in rows], sys.stdout, indent=1)
         print()

@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
-import oracle_general
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,28 +90,6 @@ def sim(
         run(args)
         wall = time.perf_counter() - start
         return SimResult(json.loads(out.read_text()), wall)
-
-
-@lru_cache(maxsize=None)
-def has_convert() -> bool:
-    """Whether this memvisor has `trace convert`."""
-    proc = subprocess.run(
-        [str(binary()), "trace", "convert", "--help"], capture_output=True, text=True
-    )
-    return proc.returncode == 0
-
-
-@lru_cache(maxsize=None)
-def reads_oracle_general() -> bool:
-    """Whether this memvisor reads oracleGeneral traces (probed on a 3-request file)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "probe.oracleGeneral"
-        oracle_general.write(path, np.array([5, 6, 5], dtype=np.uint64))
-        try:
-            r = sim(path, "oracle-general", ["lru"], [1])
-        except RuntimeError:
-            return False
-        return r.requests == 3 and r.unique_units == 2 and r.misses()[("lru", 1)] == 3
 
 
 def convert(source_args: list[str], out: Path | str) -> None:
