@@ -10,6 +10,41 @@ const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
 const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 const LOG2_E: f64 = std::f64::consts::LOG2_E;
 
+/// `1 / k!` for k in `0..N`, evaluated at compile time (IEEE arithmetic, so the same values
+/// everywhere).
+const fn inverse_factorials<const N: usize>() -> [f64; N] {
+    let mut c = [1.0; N];
+    let mut k = 1;
+    while k < N {
+        c[k] = c[k - 1] / k as f64;
+        k += 1;
+    }
+    c
+}
+
+/// `1 / (2k + 1)` for k in `0..N`.
+const fn inverse_odds<const N: usize>() -> [f64; N] {
+    let mut c = [1.0; N];
+    let mut k = 0;
+    while k < N {
+        c[k] = 1.0 / (2 * k + 1) as f64;
+        k += 1;
+    }
+    c
+}
+
+/// Taylor coefficients of e^x to degree 14 (remainder < 1e-18 for |x| < 0.35).
+const EXP_COEFFS: [f64; 15] = inverse_factorials();
+/// Taylor coefficients of e^x to degree 21, for e^x - 1 with |x| < 0.5 (remainder < 1e-21).
+const EXPM1_COEFFS: [f64; 22] = inverse_factorials();
+/// Coefficients of atanh(s) / s = sum z^k / (2k + 1), z = s^2, to z^12.
+const ATANH_COEFFS: [f64; 13] = inverse_odds();
+
+/// `sum c[k] x^k` by Horner's rule.
+fn polynomial(c: &[f64], x: f64) -> f64 {
+    c.iter().rev().fold(0.0, |acc, &ck| acc * x + ck)
+}
+
 /// 2^k for k in -1022..=1023, exactly.
 fn pow2(k: i32) -> f64 {
     debug_assert!((-1022..=1023).contains(&k));
@@ -30,11 +65,7 @@ pub(crate) fn exp(x: f64) -> f64 {
     // x = k ln2 + r with |r| <= ln2 / 2.
     let k = (x * LOG2_E).round();
     let r = (x - k * LN2_HI) - k * LN2_LO;
-    // Taylor series of e^r to degree 14 (remainder < 1e-18 for |r| < 0.35), Horner form.
-    let mut t = 1.0;
-    for i in (1..=14).rev() {
-        t = 1.0 + r * t / f64::from(i);
-    }
+    let t = polynomial(&EXP_COEFFS, r);
     let k = k as i32;
     if k > 1023 {
         t * pow2(1023) * pow2(k - 1023)
@@ -48,12 +79,8 @@ pub(crate) fn exp(x: f64) -> f64 {
 /// e^x - 1, accurate near 0.
 pub(crate) fn exp_m1(x: f64) -> f64 {
     if x.abs() < 0.5 {
-        // x (1 + x/2 (1 + x/3 (1 + ...))) to degree 20 (remainder < 1e-21).
-        let mut t = 1.0;
-        for i in (2..=20).rev() {
-            t = 1.0 + x * t / f64::from(i);
-        }
-        x * t
+        // x * (1/1! + x/2! + x^2/3! + ...).
+        x * polynomial(&EXPM1_COEFFS[1..], x)
     } else {
         exp(x) - 1.0
     }
@@ -85,11 +112,7 @@ pub(crate) fn ln(x: f64) -> f64 {
     }
     // ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172: odd series to s^25.
     let s = (m - 1.0) / (m + 1.0);
-    let z = s * s;
-    let mut t = 1.0 / 25.0;
-    for i in (0..12).rev() {
-        t = 1.0 / f64::from(2 * i + 1) + z * t;
-    }
+    let t = polynomial(&ATANH_COEFFS, s * s);
     let e = f64::from(e);
     e * LN2_HI + (e * LN2_LO + 2.0 * s * t)
 }
@@ -144,6 +167,13 @@ mod tests {
     fn ln2_split_is_exact_enough() {
         assert_eq!(LN2_HI + LN2_LO, std::f64::consts::LN_2);
         assert_eq!(LN2_HI.to_bits() & 0x1f_ffff, 0, "k * LN2_HI must be exact");
+    }
+
+    #[test]
+    fn coefficients() {
+        assert_eq!(EXP_COEFFS[..4], [1.0, 1.0, 0.5, 1.0 / 6.0]);
+        assert_eq!(ATANH_COEFFS[..3], [1.0, 1.0 / 3.0, 0.2]);
+        assert_eq!(EXPM1_COEFFS[21], EXPM1_COEFFS[20] / 21.0);
     }
 
     #[test]

@@ -19,6 +19,25 @@
 //!
 //! Writers: [`write_oracle_general`] (libCacheSim-compatible, with next-access times) and
 //! [`write_text`].
+//!
+//! ```
+//! use memvisor_trace::{open_trace, write_oracle_general, TraceFormat, WorkloadSpec};
+//!
+//! let workload: WorkloadSpec = "zipf:n=1000:alpha=0.99:len=5000".parse()?;
+//! assert_eq!((workload.len(), workload.universe()), (5000, 1000));
+//! let first: Vec<u64> = workload.requests().take(3).map(|r| r.unit).collect();
+//! assert_eq!(first.len(), 3);
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("zipf.oracleGeneral.zst");
+//! write_oracle_general(&path, workload.requests().map(|r| r.unit))?;
+//! let format = TraceFormat::detect(&path).expect("known extension");
+//! for request in open_trace(&path, &format)? {
+//!     let request = request?; // errors name the file and the record
+//!     assert!(request.next_access.is_none_or(|next| next > request.time));
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod csv;
 mod detmath;

@@ -283,9 +283,18 @@ enum Generator {
         stride: u64,
         zipf: Zipf,
         phase: u64,
+        /// The first request index of phase `phase + 1`.
+        next_start: u64,
         window: Permutation,
         key: u64,
     },
+}
+
+/// The first request index of phase `p` of `phases` over `len` requests: request `i` is in
+/// phase `floor(i * phases / len)`, so phase `p` starts at `ceil(p * len / phases)`.
+fn phase_start(p: u64, phases: u64, len: u64) -> u64 {
+    let start = (u128::from(p) * u128::from(len)).div_ceil(u128::from(phases));
+    u64::try_from(start).unwrap_or(u64::MAX)
 }
 
 /// The request iterator of a [`WorkloadSpec`].
@@ -334,6 +343,7 @@ impl Requests {
                 stride: n / phases,
                 zipf: Zipf::new(ws, alpha),
                 phase: 0,
+                next_start: phase_start(1, phases, spec.len),
                 window: Permutation::new(ws, perm_key),
                 key: perm_key,
             },
@@ -388,14 +398,25 @@ impl Requests {
                 stride,
                 zipf,
                 phase,
+                next_start,
                 window,
                 key,
             } => {
-                let p = (u128::from(i) * u128::from(*phases) / u128::from(self.len)) as u64;
-                if p != *phase {
-                    *phase = p;
-                    *window = Permutation::new(zipf.n(), mix64(*key ^ p));
+                if i >= *next_start {
+                    while i >= *next_start && *phase + 1 < *phases {
+                        *phase += 1;
+                        *next_start = phase_start(*phase + 1, *phases, self.len);
+                    }
+                    if *phase + 1 == *phases {
+                        *next_start = u64::MAX;
+                    }
+                    *window = Permutation::new(zipf.n(), mix64(*key ^ *phase));
                 }
+                let p = *phase;
+                debug_assert_eq!(
+                    u128::from(p),
+                    u128::from(i) * u128::from(*phases) / u128::from(self.len)
+                );
                 let offset = window.apply(zipf.sample(rng) - 1);
                 let start = u128::from(p) * u128::from(*stride);
                 ((start + u128::from(offset)) % u128::from(*n)) as u64
@@ -637,6 +658,37 @@ mod tests {
         let u: Vec<u64> = w.requests().map(|r| r.unit).collect();
         assert!(u[500..].iter().all(|&x| !(30..50).contains(&x)));
         assert!(u[500..].iter().any(|&x| x < 30));
+    }
+
+    #[test]
+    fn phase_boundaries_match_the_definition() {
+        for (len, phases) in [
+            (10u64, 3u64),
+            (3, 10),
+            (1, 4),
+            (100, 100),
+            (7, 1),
+            (1000, 7),
+        ] {
+            let w = spec(&format!("phases:n=100:phases={phases}:len={len}"));
+            // The debug assertion in the generator checks every request's phase.
+            assert_eq!(w.requests().count() as u64, len);
+            for p in 0..phases {
+                let s = phase_start(p, phases, len);
+                // The first index whose phase is at least p.
+                let phase_of = |i: u64| i * phases / len;
+                assert!(
+                    s == len || phase_of(s) >= p,
+                    "len {len} phases {phases} p {p}"
+                );
+                assert!(
+                    s == 0 || phase_of(s - 1) < p,
+                    "len {len} phases {phases} p {p}"
+                );
+            }
+        }
+        let w = spec("phases:n=18446744073709551615:phases=1000:len=18446744073709551615");
+        assert_eq!(w.requests().take(10).count(), 10);
     }
 
     #[test]

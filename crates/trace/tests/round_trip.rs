@@ -137,6 +137,40 @@ fn corrupt_zstd_is_an_error_naming_the_position() {
 }
 
 #[test]
+fn huge_zstd_windows_are_refused_not_allocated() {
+    // Found by cargo-fuzz: a frame header declaring a 2 GiB window. The decoder keeps zstd's
+    // default 128 MiB limit, so this is an error, not a 2 GiB allocation.
+    let frame = [
+        0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xa8, 0x00, 0xb9, 0x00, 0x00, 0xe0,
+    ];
+    let mut r = TraceReader::from_reader(
+        Box::new(std::io::Cursor::new(frame.to_vec())),
+        "big-window",
+        &TraceFormat::LACKEY,
+    );
+    let e = r.next().unwrap().unwrap_err().to_string();
+    assert!(e.starts_with("big-window: line 1: read error"), "{e}");
+
+    // A legitimately compressed trace with a 2^28 window (zstd --long=28) is refused too.
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.long_distance_matching(true).unwrap();
+    enc.window_log(28).unwrap();
+    std::io::Write::write_all(&mut enc, b"1\n2\n").unwrap();
+    let data = enc.finish().unwrap();
+    let r = TraceReader::from_reader(
+        Box::new(std::io::Cursor::new(data)),
+        "long",
+        &TraceFormat::Text,
+    );
+    let errors: Vec<String> = r.filter_map(|x| x.err().map(|e| e.to_string())).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("long: line 1: read error"),
+        "{errors:?}"
+    );
+}
+
+#[test]
 fn errors_stop_the_iterator_and_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.txt");
