@@ -77,3 +77,30 @@ def markdown(trace: Trace, rows: list[Pair]) -> str:
                 f"{p.ratio_diff:+.4f} |"
             )
     return "\n".join(lines)
+
+
+def compact_markdown(trace: Trace, rows: list[Pair]) -> str:
+    """One row per policy, one column per size: memvisor's misses, then `=` when libCacheSim's
+    count is equal, `≠ N` with libCacheSim's count when not, `(n/a)` when it cannot run."""
+    sizes = sorted({p.size for p in rows})
+    policies = list(dict.fromkeys(p.policy for p in rows))
+    by_key = {(p.policy, p.size): p for p in rows}
+    lines = [
+        f"**{trace.name}**: {trace.origin}; {trace.requests:,} requests, "
+        f"{trace.unique:,} distinct units. Misses at each size (units):",
+        "",
+        "| policy | " + " | ".join(f"{s:,}" for s in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for policy in policies:
+        cells = []
+        for s in sizes:
+            p = by_key[(policy, s)]
+            if p.libcachesim is None:
+                cells.append(f"{p.memvisor} (n/a)")
+            elif p.diff == 0:
+                cells.append(f"{p.memvisor} =")
+            else:
+                cells.append(f"{p.memvisor} ≠ {p.libcachesim}")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
