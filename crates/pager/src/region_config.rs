@@ -1,0 +1,115 @@
+//! [`RegionConfig`] and [`ResolveMode`]: how a region is built.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use memvisor_policy::PolicySpec;
+
+use crate::fault_injector::FaultInjector;
+
+/// Default chunk size: 256 pages of 4 KiB.
+pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
+
+/// The default policy's spelling. `chunk-queues` (seed 003) once the policy library has it.
+pub const DEFAULT_POLICY: &str = "clock";
+
+/// How a fault handler maps a chunk it brought in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResolveMode {
+    /// Read swap data into a second, unregistered mapping of the memfd (zero chunks: allocate
+    /// with `fallocate`), then map the whole chunk with one `UFFDIO_CONTINUE`. No extra copy.
+    #[default]
+    AliasContinue,
+    /// Read swap data into a bounce buffer and `UFFDIO_COPY` the whole chunk (zero chunks:
+    /// `UFFDIO_ZEROPAGE`).
+    Copy,
+}
+
+impl ResolveMode {
+    /// Name as a command line would spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AliasContinue => "alias-continue",
+            Self::Copy => "copy",
+        }
+    }
+}
+
+/// Everything needed to build a [`Region`](crate::Region).
+#[derive(Debug, Clone)]
+pub struct RegionConfig {
+    /// Bytes of memory (rounded up to a page; need not be a multiple of the chunk size).
+    pub size: usize,
+    /// Resident budget in bytes; `budget / chunk_size` chunks (at least one chunk) may be
+    /// resident.
+    pub budget: usize,
+    /// Paging unit in bytes: a multiple of the page size. Chunk `i` covers
+    /// `[i * chunk_size, (i + 1) * chunk_size)`; a page-sized chunk pages page by page.
+    pub chunk_size: usize,
+    /// Directory of the private swap file.
+    pub swap_dir: PathBuf,
+    /// Eviction policy over chunks.
+    pub policy: PolicySpec,
+    /// How faults are resolved.
+    pub resolve: ResolveMode,
+    /// Name used in errors, the memfd name and the swap file name.
+    pub name: String,
+    /// Print each recorded error to stderr as it happens.
+    pub log_errors: bool,
+    /// Fault injection for the swap file (tests).
+    pub fault_injector: Option<Arc<FaultInjector>>,
+}
+
+impl RegionConfig {
+    /// A region of `size` bytes with resident budget `budget`, swapping to `swap_dir`, with the
+    /// default chunk size, policy and resolve mode.
+    pub fn new(size: usize, budget: usize, swap_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            size,
+            budget,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            swap_dir: swap_dir.into(),
+            policy: DEFAULT_POLICY.parse().unwrap_or(PolicySpec::Clock),
+            resolve: ResolveMode::default(),
+            name: "region".into(),
+            log_errors: true,
+            fault_injector: None,
+        }
+    }
+
+    /// Sets the chunk size.
+    pub fn chunk_size(mut self, chunk_size: usize) -> Self {
+        self.chunk_size = chunk_size;
+        self
+    }
+
+    /// Sets the policy.
+    pub fn policy(mut self, policy: PolicySpec) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets the resolve mode.
+    pub fn resolve(mut self, resolve: ResolveMode) -> Self {
+        self.resolve = resolve;
+        self
+    }
+
+    /// Sets the name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Installs a fault injector.
+    pub fn fault_injector(mut self, injector: Arc<FaultInjector>) -> Self {
+        self.fault_injector = Some(injector);
+        self
+    }
+
+    /// Sets whether errors are printed to stderr.
+    pub fn log_errors(mut self, log: bool) -> Self {
+        self.log_errors = log;
+        self
+    }
+}

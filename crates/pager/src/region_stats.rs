@@ -1,0 +1,110 @@
+//! [`RegionStats`]: counters of one region, updated by its fault handler, read from any thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a region's counters. Chunk counts are the state at the time of the snapshot;
+/// the rest count events since the region was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Chunks in the region.
+    pub chunks: u64,
+    /// Chunks in memory (including overrun chunks).
+    pub resident_chunks: u64,
+    /// Chunks whose data is in the swap file only.
+    pub swapped_chunks: u64,
+    /// Chunks neither resident nor stored: never touched, or all zeros when evicted.
+    pub zero_chunks: u64,
+    /// Chunks whose page-in failed: accesses raise SIGBUS.
+    pub poisoned_chunks: u64,
+    /// Resident chunks over the budget, kept because their page-out failed.
+    pub overrun_chunks: u64,
+    /// Missing-fault messages handled.
+    pub missing_faults: u64,
+    /// Minor-fault messages handled.
+    pub minor_faults: u64,
+    /// Fault messages for chunks already resident (concurrent faults, served by a wake).
+    pub resident_faults: u64,
+    /// Chunks read from swap.
+    pub page_ins: u64,
+    /// Chunks filled with zeros (never written, or zero when evicted).
+    pub zero_fills: u64,
+    /// Chunks written to swap.
+    pub page_outs: u64,
+    /// Evicted chunks found all-zero (not written).
+    pub zero_page_outs: u64,
+    /// Bytes read from swap.
+    pub bytes_read: u64,
+    /// Bytes written to swap.
+    pub bytes_written: u64,
+    /// Failed swap writes.
+    pub write_errors: u64,
+    /// Failed swap reads and checksum mismatches.
+    pub read_errors: u64,
+    /// Nanoseconds the handler spent serving faults that needed a page-in (eviction included).
+    pub page_in_nanos: u64,
+}
+
+/// The live counters behind [`RegionStats`].
+#[derive(Debug, Default)]
+pub(crate) struct StatsCounters {
+    pub chunks: AtomicU64,
+    pub resident_chunks: AtomicU64,
+    pub swapped_chunks: AtomicU64,
+    pub poisoned_chunks: AtomicU64,
+    pub overrun_chunks: AtomicU64,
+    pub missing_faults: AtomicU64,
+    pub minor_faults: AtomicU64,
+    pub resident_faults: AtomicU64,
+    pub page_ins: AtomicU64,
+    pub zero_fills: AtomicU64,
+    pub page_outs: AtomicU64,
+    pub zero_page_outs: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub page_in_nanos: AtomicU64,
+}
+
+/// Adds `n` to counter `c`.
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Subtracts `n` from counter `c`.
+pub(crate) fn sub(c: &AtomicU64, n: u64) {
+    c.fetch_sub(n, Ordering::Relaxed);
+}
+
+impl StatsCounters {
+    pub fn snapshot(&self) -> RegionStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let chunks = g(&self.chunks);
+        let resident_chunks = g(&self.resident_chunks);
+        let swapped_chunks = g(&self.swapped_chunks);
+        let poisoned_chunks = g(&self.poisoned_chunks);
+        RegionStats {
+            chunks,
+            resident_chunks,
+            swapped_chunks,
+            zero_chunks: chunks
+                .saturating_sub(resident_chunks)
+                .saturating_sub(swapped_chunks)
+                .saturating_sub(poisoned_chunks),
+            poisoned_chunks,
+            overrun_chunks: g(&self.overrun_chunks),
+            missing_faults: g(&self.missing_faults),
+            minor_faults: g(&self.minor_faults),
+            resident_faults: g(&self.resident_faults),
+            page_ins: g(&self.page_ins),
+            zero_fills: g(&self.zero_fills),
+            page_outs: g(&self.page_outs),
+            zero_page_outs: g(&self.zero_page_outs),
+            bytes_read: g(&self.bytes_read),
+            bytes_written: g(&self.bytes_written),
+            write_errors: g(&self.write_errors),
+            read_errors: g(&self.read_errors),
+            page_in_nanos: g(&self.page_in_nanos),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Correctness of paging: data survives eviction, under concurrency, for every policy and mode.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{pattern, read, supported, write, Rng};
+use memvisor_pager::{page_size, Region, RegionConfig, ResolveMode};
+use memvisor_policy::PolicySpec;
+
+const MODES: [ResolveMode; 2] = [ResolveMode::AliasContinue, ResolveMode::Copy];
+
+fn config(size: usize, budget: usize, chunk: usize, dir: &std::path::Path) -> RegionConfig {
+    RegionConfig::new(size, budget, dir).chunk_size(chunk)
+}
+
+#[test]
+fn sequential_pass_survives_eviction() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        // 8.5 chunks: the last chunk is partial.
+        let size = 8 * chunk + chunk / 2;
+        let region = Region::new(config(size, 2 * chunk, chunk, dir.path()).resolve(mode)).unwrap();
+        let mut buf = vec![0u8; ps];
+        for p in 0..size / ps {
+            pattern(p as u64, &mut buf);
+            write(&region, p * ps, &buf);
+        }
+        let mut got = vec![0u8; ps];
+        for _pass in 0..2 {
+            for p in 0..size / ps {
+                pattern(p as u64, &mut buf);
+                read(&region, p * ps, &mut got);
+                assert!(got == buf, "{mode:?}: page {p} differs");
+            }
+        }
+        let s = region.stats();
+        assert_eq!(s.chunks, 9);
+        assert!(s.resident_chunks <= 2, "{s:?}");
+        assert!(s.page_outs >= 7 && s.page_ins >= 7, "{s:?}");
+        assert_eq!(s.write_errors + s.read_errors, 0);
+        assert!(region.take_errors().is_empty());
+        assert_eq!(
+            s.resident_chunks + s.swapped_chunks + s.zero_chunks + s.poisoned_chunks,
+            s.chunks
+        );
+    }
+}
+
+#[test]
+fn untouched_and_zero_chunks_read_as_zero_and_are_not_stored() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(config(32 * chunk, chunk, chunk, dir.path())).unwrap();
+    let mut got = vec![1u8; ps];
+    for c in 0..32 {
+        read(&region, c * chunk + ps, &mut got);
+        assert!(got.iter().all(|&b| b == 0));
+    }
+    let s = region.stats();
+    assert_eq!(s.page_outs, 0, "{s:?}");
+    assert_eq!(s.zero_page_outs, 31, "{s:?}");
+    assert_eq!(s.zero_fills, 32, "{s:?}");
+    assert_eq!(s.swapped_chunks, 0);
+}
+
+/// Four threads read and write random pages against a shadow copy kept under one mutex per
+/// page; a tiny budget keeps evicting.
+fn stress(policy: PolicySpec, mode: ResolveMode, chunk_pages: usize, budget_chunks: usize) {
+    let ps = page_size();
+    let chunk = chunk_pages * ps;
+    // Not a multiple of the chunk: 13 chunks and 3 pages (and a few bytes).
+    let size = 13 * chunk + 3 * ps + 100;
+    let pages = size.div_ceil(ps);
+    let dir = tempfile::tempdir().unwrap();
+    let region = Arc::new(
+        Region::new(
+            config(size, budget_chunks * chunk, chunk, dir.path())
+                .policy(policy.clone())
+                .resolve(mode),
+        )
+        .unwrap(),
+    );
+    let shadow: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
+        (0..pages)
+            .map(|p| Mutex::new(vec![0u8; ps.min(size - p * ps)]))
+            .collect(),
+    );
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let region = region.clone();
+            let shadow = shadow.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(t + 1);
+                let mut buf = vec![0u8; ps];
+                for i in 0..1500 {
+                    // Mostly a hot set of 3 chunks, sometimes anywhere.
+                    let p = if rng.below(4) == 0 {
+                        rng.below(pages)
+                    } else {
+                        rng.below(3 * chunk_pages).min(pages - 1)
+                    };
+                    let mut page = shadow[p].lock().unwrap();
+                    let plen = page.len();
+                    let off = rng.below(plen);
+                    let len = (1 + rng.below(512)).min(plen - off);
+                    if rng.below(2) == 0 {
+                        pattern(rng.next(), &mut buf[..len]);
+                        write(&region, p * ps + off, &buf[..len]);
+                        page[off..off + len].copy_from_slice(&buf[..len]);
+                    } else {
+                        read(&region, p * ps + off, &mut buf[..len]);
+                        assert!(
+                            buf[..len] == page[off..off + len],
+                            "thread {t} op {i}: page {p} offset {off} differs"
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut buf = vec![0u8; ps];
+    for (p, page) in shadow.iter().enumerate() {
+        let page = page.lock().unwrap();
+        read(&region, p * ps, &mut buf[..page.len()]);
+        assert!(
+            buf[..page.len()] == page[..],
+            "final check: page {p} differs"
+        );
+    }
+    let s = region.stats();
+    assert!(
+        s.resident_chunks <= budget_chunks as u64,
+        "{policy} {mode:?}: {s:?}"
+    );
+    assert!(
+        s.page_ins > 10,
+        "{policy} {mode:?}: constant eviction expected: {s:?}"
+    );
+    assert_eq!(
+        s.write_errors + s.read_errors + s.poisoned_chunks,
+        0,
+        "{s:?}"
+    );
+    assert!(region.take_errors().is_empty());
+}
+
+#[test]
+fn randomized_multithreaded_every_policy_and_mode() {
+    if !supported() {
+        return;
+    }
+    for policy in PolicySpec::all() {
+        if policy.is_offline() {
+            continue;
+        }
+        for mode in MODES {
+            stress(policy.clone(), mode, 4, 2);
+        }
+    }
+}
+
+#[test]
+fn budget_of_one_chunk() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        stress(PolicySpec::Clock, mode, 4, 1);
+    }
+}
+
+#[test]
+fn page_sized_chunks() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        stress(PolicySpec::Lru, mode, 1, 5);
+    }
+}
+
+#[test]
+fn many_threads_fault_the_same_chunk_at_once() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 64 * ps;
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let region = Arc::new(
+            Region::new(config(4 * chunk, chunk, chunk, dir.path()).resolve(mode)).unwrap(),
+        );
+        for round in 0..20u8 {
+            // Evict chunk 0 by touching the others, then have 8 threads hit chunk 0 together.
+            for c in 1..4 {
+                write(&region, c * chunk, &[round]);
+            }
+            let barrier = Arc::new(std::sync::Barrier::new(8));
+            let hs: Vec<_> = (0..8)
+                .map(|t| {
+                    let region = region.clone();
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        // Same page for even threads, different pages for odd ones.
+                        let p = if t % 2 == 0 { 5 } else { t * 7 };
+                        let mut b = [0u8; 1];
+                        read(&region, p * ps + 8, &mut b);
+                        b[0]
+                    })
+                })
+                .collect();
+            for h in hs {
+                let v = h.join().unwrap();
+                assert!(v == 0 || round > 0, "unexpected byte {v}");
+            }
+        }
+        assert!(region.stats().page_in_nanos > 0);
+        assert!(region.take_errors().is_empty());
+    }
+}
