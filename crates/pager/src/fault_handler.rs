@@ -236,10 +236,7 @@ impl FaultHandler {
             ChunkState::Out => {
                 let t = Instant::now();
                 self.page_in(c);
-                add(
-                    &self.stats().page_in_nanos,
-                    t.elapsed().as_nanos().min(u64::MAX as u128) as u64,
-                );
+                add(&self.stats().page_in_nanos, nanos(t));
             }
         }
     }
@@ -279,7 +276,10 @@ impl FaultHandler {
         // it. Nobody else writes these pages now: the registered mapping's entries were just
         // dropped, so program accesses fault and wait for this (the only handler) thread.
         let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
-        match self.swap.write_chunk(v, data) {
+        let t = Instant::now();
+        let written = self.swap.write_chunk(v, data);
+        add(&self.stats().swap_write_nanos, nanos(t));
+        match written {
             Ok(WriteOutcome::Written) => {
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
@@ -328,7 +328,9 @@ impl FaultHandler {
     }
 
     fn page_in(&mut self, c: usize) {
+        let t = Instant::now();
         self.make_room();
+        add(&self.stats().evict_nanos, nanos(t));
         let (start, len) = self.chunk_range(c);
         let stored = self.swap.is_stored(c);
         let result = match self.resolve {
@@ -382,7 +384,10 @@ impl FaultHandler {
             // wait for this thread, and no other reference to these bytes exists.
             let buf =
                 unsafe { std::slice::from_raw_parts_mut(self.alias.as_ptr().add(start), len) };
-            self.swap.read_chunk(c, buf).map_err(PageInError::Read)?;
+            let t = Instant::now();
+            let r = self.swap.read_chunk(c, buf);
+            add(&self.stats().swap_read_nanos, nanos(t));
+            r.map_err(PageInError::Read)?;
         } else {
             self.memfd.allocate(start, len).map_err(PageInError::Map)?;
         }
@@ -407,7 +412,10 @@ impl FaultHandler {
         };
         // SAFETY: the bounce buffer is a private mapping of one chunk owned by this handler.
         let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), len) };
-        let r = match self.swap.read_chunk(c, buf) {
+        let t = Instant::now();
+        let read = self.swap.read_chunk(c, buf);
+        add(&self.stats().swap_read_nanos, nanos(t));
+        let r = match read {
             Ok(_) => self
                 .fill_wake(start, len, Fill::Copy(buf), false)
                 .map_err(PageInError::Map),
@@ -511,6 +519,11 @@ impl FaultHandler {
         }
         let _ = self.uffd.wake(self.base + start, len);
     }
+}
+
+/// Nanoseconds since `t`.
+fn nanos(t: Instant) -> u64 {
+    t.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
 
 #[derive(Clone, Copy)]

@@ -42,6 +42,22 @@ pub struct RegionStats {
     pub read_errors: u64,
     /// Nanoseconds the handler spent serving faults that needed a page-in (eviction included).
     pub page_in_nanos: u64,
+    /// Of which: making room (page-outs, including their swap writes).
+    pub evict_nanos: u64,
+    /// Nanoseconds in swap writes.
+    pub swap_write_nanos: u64,
+    /// Nanoseconds in swap reads (checksum included).
+    pub swap_read_nanos: u64,
+}
+
+impl RegionStats {
+    /// Nanoseconds of page-in work spent neither evicting nor reading swap: zeroing or
+    /// allocating, and mapping the chunk (the resolution ioctls).
+    pub fn map_nanos(&self) -> u64 {
+        self.page_in_nanos
+            .saturating_sub(self.evict_nanos)
+            .saturating_sub(self.swap_read_nanos)
+    }
 }
 
 /// The live counters behind [`RegionStats`].
@@ -64,6 +80,9 @@ pub(crate) struct StatsCounters {
     pub write_errors: AtomicU64,
     pub read_errors: AtomicU64,
     pub page_in_nanos: AtomicU64,
+    pub evict_nanos: AtomicU64,
+    pub swap_write_nanos: AtomicU64,
+    pub swap_read_nanos: AtomicU64,
 }
 
 /// Adds `n` to counter `c`.
@@ -105,6 +124,9 @@ impl StatsCounters {
             write_errors: g(&self.write_errors),
             read_errors: g(&self.read_errors),
             page_in_nanos: g(&self.page_in_nanos),
+            evict_nanos: g(&self.evict_nanos),
+            swap_write_nanos: g(&self.swap_write_nanos),
+            swap_read_nanos: g(&self.swap_read_nanos),
         }
     }
 }
