@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,6 +38,7 @@ pub struct Region {
     budget_chunks: usize,
     resolve: ResolveMode,
     swap_direct: bool,
+    swap_path: PathBuf,
 }
 
 impl Region {
@@ -116,6 +118,7 @@ impl Region {
             config.fault_injector.clone(),
         )?;
         let swap_direct = swap.is_direct();
+        let swap_path = swap.path().to_path_buf();
 
         // SAFETY: eventfd takes an initial value and flags and returns a new descriptor or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -161,6 +164,7 @@ impl Region {
             budget_chunks,
             resolve: config.resolve,
             swap_direct,
+            swap_path,
         })
     }
 
@@ -198,6 +202,12 @@ impl Region {
     /// Whether swap I/O uses `O_DIRECT`.
     pub fn swap_is_direct(&self) -> bool {
         self.swap_direct
+    }
+
+    /// The path the swap file had; it was unlinked right after creation, so it only shows in
+    /// `/proc/self/fd` (as `PATH (deleted)`) while the region lives.
+    pub fn swap_path(&self) -> &Path {
+        &self.swap_path
     }
 
     /// The region's name, as errors spell it.

@@ -12,13 +12,19 @@ use common::{pattern, read, supported, write};
 use memvisor_pager::{page_size, FaultInjector, PagerError, Region, RegionConfig, ResolveMode};
 
 const CHILD_ENV: &str = "MEMVISOR_PAGER_TEST_CHILD";
+const CHILD_DIR_ENV: &str = "MEMVISOR_PAGER_TEST_DIR";
 
-fn swap_fds() -> usize {
+/// The descriptors of this process open on `path` (an unlinked file shows as `PATH (deleted)`).
+fn fds_on(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let want = path.to_string_lossy().into_owned();
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter(|t| t.to_string_lossy().contains("memvisor-swap-"))
-        .count()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let t = std::fs::read_link(e.path()).ok()?;
+            t.to_string_lossy().starts_with(&want).then(|| e.path())
+        })
+        .collect()
 }
 
 #[test]
@@ -27,7 +33,6 @@ fn swap_file_is_private_and_gone_after_drop() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let before = swap_fds();
     let chunk = 4 * page_size();
     let region =
         Region::new(RegionConfig::new(8 * chunk, chunk, dir.path()).chunk_size(chunk)).unwrap();
@@ -36,25 +41,19 @@ fn swap_file_is_private_and_gone_after_drop() {
     assert_eq!(region.stats().page_outs, 1);
     // Unlinked at creation: nothing in the directory, one deleted file open.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-    assert_eq!(swap_fds(), before + 1);
-    let link = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .find(|e| {
-            std::fs::read_link(e.path())
-                .map(|t| t.to_string_lossy().contains("memvisor-swap-"))
-                .unwrap_or(false)
-        })
-        .unwrap();
-    let target = std::fs::read_link(link.path()).unwrap();
+    let path = region.swap_path().to_path_buf();
+    assert!(path.starts_with(dir.path()));
+    let fds = fds_on(&path);
+    assert_eq!(fds.len(), 1, "{fds:?}");
+    let target = std::fs::read_link(&fds[0]).unwrap();
     assert!(
         target.to_string_lossy().ends_with("(deleted)"),
         "{target:?}"
     );
-    let mode = std::fs::metadata(link.path()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(&fds[0]).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     drop(region);
-    assert_eq!(swap_fds(), before);
+    assert!(fds_on(&path).is_empty());
 }
 
 fn write_failure_keeps_data(errno: i32, mode: ResolveMode) {
@@ -139,7 +138,7 @@ fn child_reads_a_chunk_whose_page_in_fails() {
     };
     let ps = page_size();
     let chunk = 4 * ps;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = std::path::PathBuf::from(std::env::var(CHILD_DIR_ENV).unwrap());
     let inj = Arc::new(FaultInjector::new());
     let mode = if what.ends_with("copy") {
         ResolveMode::Copy
@@ -147,7 +146,7 @@ fn child_reads_a_chunk_whose_page_in_fails() {
         ResolveMode::AliasContinue
     };
     let region = Region::new(
-        RegionConfig::new(4 * chunk, chunk, dir.path())
+        RegionConfig::new(4 * chunk, chunk, &dir)
             .chunk_size(chunk)
             .resolve(mode)
             .fault_injector(inj.clone()),
@@ -170,6 +169,7 @@ fn child_reads_a_chunk_whose_page_in_fails() {
 
 fn run_child(what: &str) {
     let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let out = Command::new(exe)
         .args([
             "--exact",
@@ -178,6 +178,7 @@ fn run_child(what: &str) {
             "--test-threads=1",
         ])
         .env(CHILD_ENV, what)
+        .env(CHILD_DIR_ENV, dir.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -195,6 +196,8 @@ fn run_child(what: &str) {
         "checksum mismatch in chunk 2 (offset 0x"
     };
     assert!(stderr.contains(want), "{what}: error not logged:\n{stderr}");
+    // The child died with its swap file open: the file is gone with it.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 #[test]
