@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use memvisor_policy::EvictionPolicy;
 
@@ -83,6 +83,8 @@ pub(crate) struct FaultHandler {
     pub resolve: ResolveMode,
     /// Bounce buffer for `ResolveMode::Copy` (one chunk, page-aligned).
     pub bounce: Option<Mapping>,
+    /// Access sampling period (see [`sample`](Self::sample)); `None` disables sampling.
+    pub sample_interval: Option<Duration>,
     states: Vec<ChunkState>,
     /// Resident chunks the policy no longer tracks because their page-out failed.
     overrun: Vec<usize>,
@@ -117,6 +119,7 @@ impl FaultHandler {
             policy,
             resolve,
             bounce,
+            sample_interval: None,
             states: vec![ChunkState::Out; chunks],
             overrun: Vec::new(),
             page: page_size(),
@@ -126,7 +129,22 @@ impl FaultHandler {
     /// Serves faults until the stop eventfd is written or the userfaultfd fails.
     pub fn run(mut self) {
         let mut msgs = [UffdMsg::default(); 64];
+        let mut next_sample = self.sample_interval.map(|i| Instant::now() + i);
         loop {
+            let timeout = match next_sample {
+                None => -1,
+                Some(at) => {
+                    let now = Instant::now();
+                    if now >= at {
+                        self.sample();
+                        let i = self.sample_interval.unwrap_or(Duration::from_secs(1));
+                        next_sample = Some(now + i);
+                        i.as_millis().min(i32::MAX as u128) as i32
+                    } else {
+                        ((at - now).as_millis() as i32).max(1)
+                    }
+                }
+            };
             let mut fds = [
                 libc::pollfd {
                     fd: self.uffd_raw(),
@@ -140,7 +158,7 @@ impl FaultHandler {
                 },
             ];
             // SAFETY: `fds` is a live array of two pollfds; poll writes only their `revents`.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -175,6 +193,24 @@ impl FaultHandler {
                 }
             }
         }
+    }
+
+    /// One access sample: the policy reads and clears its reference bits, then every chunk it
+    /// tracks loses its page-table entries, so its next access raises a minor fault that maps
+    /// the chunk again and sets its reference bit.
+    fn sample(&mut self) {
+        let t = Instant::now();
+        self.policy.on_sample();
+        for c in 0..self.states.len() {
+            if self.states[c] == ChunkState::In && self.policy.contains(c as u64) {
+                let (start, len) = self.chunk_range(c);
+                if let Err(e) = self.registered_dontneed(start, len) {
+                    self.memory_error("MADV_DONTNEED (sampling)", start, len, e);
+                }
+            }
+        }
+        add(&self.stats().samples, 1);
+        add(&self.stats().sample_nanos, nanos(t));
     }
 
     fn uffd_raw(&self) -> i32 {
@@ -379,6 +415,11 @@ impl FaultHandler {
         stored: bool,
     ) -> Result<(), PageInError> {
         if stored {
+            // Allocate and map the chunk's pages in one call, so the read below does not fault
+            // them in one by one.
+            self.alias
+                .populate_write(start, len)
+                .map_err(PageInError::Map)?;
             // SAFETY: the alias mapping covers `[start, start + len)`. The chunk is out of
             // memory, so the registered mapping has no entries there: program accesses fault and
             // wait for this thread, and no other reference to these bytes exists.

@@ -167,22 +167,33 @@ impl Mapping {
         self.len == 0
     }
 
-    /// `madvise(MADV_DONTNEED)` over `[offset, offset + len)`: drops the page-table entries; on a
-    /// shared file mapping the pages stay in the file.
-    pub fn dontneed(&self, offset: usize, len: usize) -> io::Result<()> {
+    /// `madvise(MADV_POPULATE_WRITE)` over `[offset, offset + len)`: allocates (for a file
+    /// mapping, in the file) and maps every page writable in one call.
+    pub fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.advise(offset, len, libc::MADV_POPULATE_WRITE)
+    }
+
+    fn advise(&self, offset: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "range outside the mapping",
             ));
         }
-        // SAFETY: the range lies inside this mapping (checked above); MADV_DONTNEED on a shared
-        // mapping only drops page-table entries, the data stays in the file.
-        let r = unsafe { libc::madvise(self.ptr.add(offset).cast(), len, libc::MADV_DONTNEED) };
+        // SAFETY: the range lies inside this mapping (checked above); the advice values used
+        // here (DONTNEED on a shared mapping, POPULATE_WRITE) never change the data visible
+        // through it.
+        let r = unsafe { libc::madvise(self.ptr.add(offset).cast(), len, advice) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// `madvise(MADV_DONTNEED)` over `[offset, offset + len)`: drops the page-table entries; on a
+    /// shared file mapping the pages stay in the file.
+    pub fn dontneed(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.advise(offset, len, libc::MADV_DONTNEED)
     }
 }
 

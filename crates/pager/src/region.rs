@@ -135,7 +135,7 @@ impl Region {
             stop,
         });
         shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
-        let handler = FaultHandler::new(
+        let mut handler = FaultHandler::new(
             shared.clone(),
             uffd,
             memfd,
@@ -148,6 +148,7 @@ impl Region {
             config.resolve,
             bounce,
         );
+        handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))
             .spawn(move || handler.run())

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use memvisor_policy::PolicySpec;
 
@@ -52,6 +53,12 @@ pub struct RegionConfig {
     pub policy: PolicySpec,
     /// How faults are resolved.
     pub resolve: ResolveMode,
+    /// Access sampling period. Every period the policy samples (reads and clears reference
+    /// bits) and the page-table entries of every resident chunk are dropped; the next access
+    /// to a chunk raises a userfaultfd minor fault, which maps the whole chunk again with
+    /// `UFFDIO_CONTINUE` and sets its reference bit. `None` (the default): the policy only
+    /// sees page-ins, so CLOCK and LRU degrade to FIFO order.
+    pub sample_interval: Option<Duration>,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
     /// Print each recorded error to stderr as it happens.
@@ -71,6 +78,7 @@ impl RegionConfig {
             swap_dir: swap_dir.into(),
             policy: DEFAULT_POLICY.parse().unwrap_or(PolicySpec::Clock),
             resolve: ResolveMode::default(),
+            sample_interval: None,
             name: "region".into(),
             log_errors: true,
             fault_injector: None,
@@ -92,6 +100,12 @@ impl RegionConfig {
     /// Sets the resolve mode.
     pub fn resolve(mut self, resolve: ResolveMode) -> Self {
         self.resolve = resolve;
+        self
+    }
+
+    /// Sets the access sampling period (`None` disables sampling).
+    pub fn sample_interval(mut self, interval: Option<Duration>) -> Self {
+        self.sample_interval = interval;
         self
     }
 

@@ -48,6 +48,10 @@ pub struct RegionStats {
     pub swap_write_nanos: u64,
     /// Nanoseconds in swap reads (checksum included).
     pub swap_read_nanos: u64,
+    /// Access samples taken (see [`RegionConfig::sample_interval`](crate::RegionConfig)).
+    pub samples: u64,
+    /// Nanoseconds spent taking samples (dropping page-table entries).
+    pub sample_nanos: u64,
 }
 
 impl RegionStats {
@@ -83,6 +87,8 @@ pub(crate) struct StatsCounters {
     pub evict_nanos: AtomicU64,
     pub swap_write_nanos: AtomicU64,
     pub swap_read_nanos: AtomicU64,
+    pub samples: AtomicU64,
+    pub sample_nanos: AtomicU64,
 }
 
 /// Adds `n` to counter `c`.
@@ -127,6 +133,8 @@ impl StatsCounters {
             evict_nanos: g(&self.evict_nanos),
             swap_write_nanos: g(&self.swap_write_nanos),
             swap_read_nanos: g(&self.swap_read_nanos),
+            samples: g(&self.samples),
+            sample_nanos: g(&self.sample_nanos),
         }
     }
 }

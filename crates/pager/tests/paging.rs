@@ -5,7 +5,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{pattern, read, supported, write, Rng};
-use memvisor_pager::{page_size, Region, RegionConfig, ResolveMode};
+use std::time::Duration;
+
+use memvisor_pager::{page_size, Region, RegionConfig, RegionStats, ResolveMode};
 use memvisor_policy::PolicySpec;
 
 const MODES: [ResolveMode; 2] = [ResolveMode::AliasContinue, ResolveMode::Copy];
@@ -76,6 +78,16 @@ fn untouched_and_zero_chunks_read_as_zero_and_are_not_stored() {
 /// Four threads read and write random pages against a shadow copy kept under one mutex per
 /// page; a tiny budget keeps evicting.
 fn stress(policy: PolicySpec, mode: ResolveMode, chunk_pages: usize, budget_chunks: usize) {
+    stress_sampled(policy, mode, chunk_pages, budget_chunks, None);
+}
+
+fn stress_sampled(
+    policy: PolicySpec,
+    mode: ResolveMode,
+    chunk_pages: usize,
+    budget_chunks: usize,
+    sample: Option<Duration>,
+) -> RegionStats {
     let ps = page_size();
     let chunk = chunk_pages * ps;
     // Not a multiple of the chunk: 13 chunks and 3 pages (and a few bytes).
@@ -86,7 +98,8 @@ fn stress(policy: PolicySpec, mode: ResolveMode, chunk_pages: usize, budget_chun
         Region::new(
             config(size, budget_chunks * chunk, chunk, dir.path())
                 .policy(policy.clone())
-                .resolve(mode),
+                .resolve(mode)
+                .sample_interval(sample),
         )
         .unwrap(),
     );
@@ -155,6 +168,7 @@ fn stress(policy: PolicySpec, mode: ResolveMode, chunk_pages: usize, budget_chun
         "{s:?}"
     );
     assert!(region.take_errors().is_empty());
+    s
 }
 
 #[test]
@@ -232,4 +246,63 @@ fn many_threads_fault_the_same_chunk_at_once() {
         assert!(region.stats().page_in_nanos > 0);
         assert!(region.take_errors().is_empty());
     }
+}
+
+#[test]
+fn randomized_multithreaded_with_access_sampling() {
+    if !supported() {
+        return;
+    }
+    for policy in [PolicySpec::Clock, PolicySpec::Lru] {
+        for mode in MODES {
+            let s = stress_sampled(policy.clone(), mode, 4, 3, Some(Duration::from_millis(1)));
+            assert!(s.samples > 0, "{s:?}");
+        }
+    }
+}
+
+/// A hot chunk touched between the steps of a scan: with sampling, CLOCK sees its reference
+/// bit and keeps it; FIFO evicts it every round.
+#[test]
+fn sampling_lets_clock_keep_a_hot_chunk() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let run = |policy: PolicySpec, sample: Option<Duration>| {
+        let dir = tempfile::tempdir().unwrap();
+        let region = Region::new(
+            config(8 * chunk, 3 * chunk, chunk, dir.path())
+                .policy(policy)
+                .sample_interval(sample),
+        )
+        .unwrap();
+        write(&region, 0, &[1]);
+        let mut b = [0u8; 1];
+        for i in 0..150 {
+            std::thread::sleep(Duration::from_millis(2));
+            read(&region, 0, &mut b);
+            assert_eq!(b[0], 1);
+            write(&region, (1 + i % 7) * chunk, &[2]);
+        }
+        region.stats()
+    };
+    // Every scan access misses (7 scan chunks cycle through at most 3 slots): 150 misses;
+    // the rest are misses of the hot chunk.
+    let hot_misses = |s: &RegionStats| (s.page_ins + s.zero_fills).saturating_sub(150);
+    let fifo = run(PolicySpec::Fifo, None);
+    let clock = run(PolicySpec::Clock, Some(Duration::from_millis(1)));
+    assert!(clock.minor_faults > 0, "{clock:?}");
+    assert!(
+        hot_misses(&clock) * 3 < hot_misses(&fifo),
+        "hot-chunk misses: clock with sampling {}, fifo {}",
+        hot_misses(&clock),
+        hot_misses(&fifo)
+    );
+    eprintln!(
+        "hot-chunk misses: clock with sampling {}, fifo {}",
+        hot_misses(&clock),
+        hot_misses(&fifo)
+    );
 }
