@@ -97,6 +97,15 @@ fn main() {
                     d.map_nanos() as f64 / 1e3 / d.missing_faults.max(1) as f64,
                 );
             }
+            let s = region.stats();
+            println!(
+                "{:>6} {:>15} page-in service time: p50 <= {:.0} us, p99 <= {:.0} us, max {:.0} us",
+                "",
+                "",
+                s.page_in_p50_nanos as f64 / 1e3,
+                s.page_in_p99_nanos as f64 / 1e3,
+                s.page_in_max_nanos as f64 / 1e3
+            );
             let errors = region.take_errors();
             if !errors.is_empty() {
                 eprintln!("{} errors, first: {}", errors.len(), errors[0]);

@@ -89,6 +89,7 @@ pub(crate) struct FaultHandler {
     /// Resident chunks the policy no longer tracks because their page-out failed.
     overrun: Vec<usize>,
     page: usize,
+    uffd_error_logged: bool,
 }
 
 impl FaultHandler {
@@ -123,6 +124,7 @@ impl FaultHandler {
             states: vec![ChunkState::Out; chunks],
             overrun: Vec::new(),
             page: page_size(),
+            uffd_error_logged: false,
         }
     }
 
@@ -161,30 +163,25 @@ impl FaultHandler {
             let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
             if r < 0 {
                 let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.transient_error("poll userfaultfd", e);
                 }
-                self.memory_error("poll userfaultfd", 0, 0, e);
-                return;
+                continue;
             }
             if fds[1].revents != 0 {
                 return;
             }
             if fds[0].revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                self.memory_error(
-                    "poll userfaultfd",
-                    0,
-                    0,
-                    io::Error::other(format!("revents {:#x}", fds[0].revents)),
-                );
-                return;
+                let e = io::Error::other(format!("revents {:#x}", fds[0].revents));
+                self.transient_error("poll userfaultfd", e);
+                continue;
             }
             let n = match self.uffd.read_messages(&mut msgs) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.memory_error("read userfaultfd", 0, 0, e);
-                    return;
+                    self.transient_error("read userfaultfd", e);
+                    continue;
                 }
             };
             for m in &msgs[..n] {
@@ -193,6 +190,17 @@ impl FaultHandler {
                 }
             }
         }
+    }
+
+    /// An error of the userfaultfd itself. The handler never gives up while the region lives
+    /// (exiting would close the userfaultfd, and the kernel would then zero-fill swapped-out
+    /// chunks behind the program's back): it records the first such error and retries slowly.
+    fn transient_error(&mut self, op: &'static str, e: io::Error) {
+        if !self.uffd_error_logged {
+            self.uffd_error_logged = true;
+            self.memory_error(op, 0, self.len, e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 
     /// One access sample: the policy reads and clears its reference bits, then every chunk it
@@ -272,7 +280,7 @@ impl FaultHandler {
             ChunkState::Out => {
                 let t = Instant::now();
                 self.page_in(c);
-                add(&self.stats().page_in_nanos, nanos(t));
+                self.stats().record_page_in(nanos(t));
             }
         }
     }

@@ -52,6 +52,13 @@ pub struct RegionStats {
     pub samples: u64,
     /// Nanoseconds spent taking samples (dropping page-table entries).
     pub sample_nanos: u64,
+    /// Median handler service time of a page-in fault (from reading the fault message to the
+    /// wake), in nanoseconds: the upper bound of its power-of-two histogram bucket.
+    pub page_in_p50_nanos: u64,
+    /// 99th percentile of the same, bucket upper bound.
+    pub page_in_p99_nanos: u64,
+    /// Longest page-in fault service time, exact.
+    pub page_in_max_nanos: u64,
 }
 
 impl RegionStats {
@@ -89,6 +96,52 @@ pub(crate) struct StatsCounters {
     pub swap_read_nanos: AtomicU64,
     pub samples: AtomicU64,
     pub sample_nanos: AtomicU64,
+    pub page_in_max_nanos: AtomicU64,
+    /// Bucket `i` counts page-in service times in `[2^i, 2^(i+1))` ns (bucket 0 also 0).
+    pub page_in_hist: Log2Histogram,
+}
+
+/// 64 power-of-two buckets of nanoseconds.
+#[derive(Debug)]
+pub(crate) struct Log2Histogram(pub [AtomicU64; 64]);
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl StatsCounters {
+    /// Records one page-in fault served in `nanos`.
+    pub fn record_page_in(&self, nanos: u64) {
+        add(&self.page_in_nanos, nanos);
+        self.page_in_max_nanos.fetch_max(nanos, Ordering::Relaxed);
+        let bucket = 63 - (nanos | 1).leading_zeros() as usize;
+        add(&self.page_in_hist.0[bucket], 1);
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (0..=1) of the page-in histogram.
+    fn page_in_quantile(&self, q: f64) -> u64 {
+        let counts: Vec<u64> = self
+            .page_in_hist
+            .0
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, &c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return if i >= 63 { u64::MAX } else { (2u64 << i) - 1 };
+            }
+        }
+        u64::MAX
+    }
 }
 
 /// Adds `n` to counter `c`.
@@ -102,6 +155,7 @@ pub(crate) fn sub(c: &AtomicU64, n: u64) {
 }
 
 impl StatsCounters {
+    /// A consistent-enough snapshot (each counter is read atomically, not all at once).
     pub fn snapshot(&self) -> RegionStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let chunks = g(&self.chunks);
@@ -135,6 +189,9 @@ impl StatsCounters {
             swap_read_nanos: g(&self.swap_read_nanos),
             samples: g(&self.samples),
             sample_nanos: g(&self.sample_nanos),
+            page_in_p50_nanos: self.page_in_quantile(0.5),
+            page_in_p99_nanos: self.page_in_quantile(0.99),
+            page_in_max_nanos: g(&self.page_in_max_nanos),
         }
     }
 }

@@ -243,7 +243,14 @@ fn many_threads_fault_the_same_chunk_at_once() {
                 assert!(v == 0 || round > 0, "unexpected byte {v}");
             }
         }
-        assert!(region.stats().page_in_nanos > 0);
+        let s = region.stats();
+        assert!(s.page_in_nanos > 0);
+        assert!(s.page_in_p50_nanos <= s.page_in_p99_nanos, "{s:?}");
+        assert!(
+            s.page_in_max_nanos > 0 && s.page_in_max_nanos <= s.page_in_nanos,
+            "{s:?}"
+        );
+        assert!(s.page_in_p50_nanos / 2 <= s.page_in_max_nanos, "{s:?}");
         assert!(region.take_errors().is_empty());
     }
 }
