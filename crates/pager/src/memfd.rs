@@ -15,6 +15,19 @@ pub fn page_size() -> usize {
     }
 }
 
+/// Bytes of storage held by the file behind `fd` (`st_blocks * 512`).
+pub fn allocated_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a writable, properly sized `struct stat`; fstat fills it or fails.
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so it initialized `st` (and zeroed memory is a valid stat too).
+    let st = unsafe { st.assume_init() };
+    Ok(st.st_blocks as u64 * 512)
+}
+
 /// An anonymous memory file (`memfd_create`), close-on-exec.
 #[derive(Debug)]
 pub struct Memfd {
@@ -49,6 +62,16 @@ impl Memfd {
     /// Whether the file is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes of memory the file holds (`st_blocks * 512`): the resident pages.
+    pub fn allocated_bytes(&self) -> io::Result<u64> {
+        allocated_bytes(self.fd.as_fd())
+    }
+
+    /// A second descriptor of the same file.
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
     }
 
     /// Frees the pages of `[offset, offset + len)` (`fallocate(PUNCH_HOLE | KEEP_SIZE)`); the

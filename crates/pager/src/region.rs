@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,8 @@ pub struct Region {
     resolve: ResolveMode,
     swap_direct: bool,
     swap_path: PathBuf,
+    /// A second descriptor of the memfd, for [`memory_bytes`](Self::memory_bytes).
+    memfd_fd: OwnedFd,
 }
 
 impl Region {
@@ -98,6 +100,7 @@ impl Region {
         };
         let memfd = Memfd::new(&format!("memvisor-{name}"), len).map_err(mem_err("memfd"))?;
         let mapping = memfd.map_shared().map_err(mem_err("mmap"))?;
+        let memfd_fd = memfd.try_clone_fd().map_err(mem_err("dup memfd"))?;
         let alias = memfd.map_shared().map_err(mem_err("mmap alias"))?;
         let bounce = match config.resolve {
             ResolveMode::Copy => Some(Mapping::anonymous(cs).map_err(mem_err("mmap bounce"))?),
@@ -166,6 +169,7 @@ impl Region {
             resolve: config.resolve,
             swap_direct,
             swap_path,
+            memfd_fd,
         })
     }
 
@@ -209,6 +213,18 @@ impl Region {
     /// `/proc/self/fd` (as `PATH (deleted)`) while the region lives.
     pub fn swap_path(&self) -> &Path {
         &self.swap_path
+    }
+
+    /// Bytes of memory the region's memfd really holds, as the kernel counts them: at most
+    /// the budget plus overrun chunks (plus one chunk while a page-in is in flight).
+    pub fn memory_bytes(&self) -> Result<u64, PagerError> {
+        crate::memfd::allocated_bytes(self.memfd_fd.as_fd()).map_err(|source| PagerError::Memory {
+            region: self.shared.name.clone(),
+            op: "fstat memfd",
+            offset: 0,
+            len: self.size,
+            source,
+        })
     }
 
     /// The region's name, as errors spell it.

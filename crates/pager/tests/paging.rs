@@ -42,6 +42,12 @@ fn sequential_pass_survives_eviction() {
             }
         }
         let s = region.stats();
+        // The budget is real: the memfd holds no more than two chunks.
+        let held = region.memory_bytes().unwrap();
+        assert!(
+            held <= 2 * chunk as u64,
+            "{mode:?}: memfd holds {held} bytes"
+        );
         assert_eq!(s.chunks, 9);
         assert!(s.resident_chunks <= 2, "{s:?}");
         assert!(s.page_outs >= 7 && s.page_ins >= 7, "{s:?}");
