@@ -4,7 +4,8 @@
 //! (defaults 256, 64, the temp dir). For each chunk size (4 KiB = page at a time, 64 KiB,
 //! 1 MiB) and mode (UFFDIO_COPY, alias + UFFDIO_CONTINUE) it runs one write pass (every page
 //! written, so every eviction is a real swap write) and two read passes, and prints time per pass,
-//! throughput, faults and the cost per fault and per page.
+//! throughput, faults and the cost per fault and per page. Environment: `CHUNKS_KIB=4,64,1024`
+//! chooses chunk sizes, `REPS=N` repeats each (chunk, mode) pair, alternating modes.
 
 use std::time::Instant;
 
@@ -46,8 +47,19 @@ fn main() {
         "rd-us/ch",
         "map-us/f"
     );
-    for chunk in [4 << 10, 64 << 10, 1 << 20] {
-        for mode in [ResolveMode::Copy, ResolveMode::AliasContinue] {
+    // CHUNKS_KIB="4,64,1024" and REPS=1 select what runs.
+    let chunks: Vec<usize> = std::env::var("CHUNKS_KIB")
+        .unwrap_or_else(|_| "4,64,1024".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse::<usize>().ok())
+        .map(|k| k << 10)
+        .collect();
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for chunk in chunks {
+        for mode in (0..reps).flat_map(|_| [ResolveMode::Copy, ResolveMode::AliasContinue]) {
             let region = match Region::new(
                 RegionConfig::new(size, budget, &dir)
                     .chunk_size(chunk)

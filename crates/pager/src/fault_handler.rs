@@ -316,6 +316,8 @@ impl FaultHandler {
             self.memory_error("MADV_DONTNEED", start, len, e);
             return Err(());
         }
+        // Map the alias pages in one call rather than faulting on each while reading them.
+        let _ = self.alias.populate_read(start, len);
         // SAFETY: the alias mapping covers the whole region, so `[start, start + len)` is inside
         // it. Nobody else writes these pages now: the registered mapping's entries were just
         // dropped, so program accesses fault and wait for this (the only handler) thread.

@@ -196,6 +196,12 @@ impl Mapping {
         self.advise(offset, len, libc::MADV_POPULATE_WRITE)
     }
 
+    /// `madvise(MADV_POPULATE_READ)` over `[offset, offset + len)`: maps every page readable in
+    /// one call.
+    pub fn populate_read(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.advise(offset, len, libc::MADV_POPULATE_READ)
+    }
+
     fn advise(&self, offset: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(io::Error::new(
@@ -204,7 +210,7 @@ impl Mapping {
             ));
         }
         // SAFETY: the range lies inside this mapping (checked above); the advice values used
-        // here (DONTNEED on a shared mapping, POPULATE_WRITE) never change the data visible
+        // here (DONTNEED on a shared mapping, POPULATE_READ/WRITE) never change the data visible
         // through it.
         let r = unsafe { libc::madvise(self.ptr.add(offset).cast(), len, advice) };
         if r < 0 {
