@@ -202,6 +202,12 @@ impl Mapping {
         self.advise(offset, len, libc::MADV_POPULATE_READ)
     }
 
+    /// `madvise(MADV_DONTFORK)` over the whole mapping: a child created by `fork` does not
+    /// inherit it.
+    pub fn dont_fork(&self) -> io::Result<()> {
+        self.advise(0, self.len, libc::MADV_DONTFORK)
+    }
+
     fn advise(&self, offset: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(io::Error::new(
@@ -210,7 +216,7 @@ impl Mapping {
             ));
         }
         // SAFETY: the range lies inside this mapping (checked above); the advice values used
-        // here (DONTNEED on a shared mapping, POPULATE_READ/WRITE) never change the data visible
+        // here (DONTNEED on a shared mapping, POPULATE_READ/WRITE, DONTFORK) never change the data visible
         // through it.
         let r = unsafe { libc::madvise(self.ptr.add(offset).cast(), len, advice) };
         if r < 0 {

@@ -102,6 +102,10 @@ impl Region {
         let mapping = memfd.map_shared().map_err(mem_err("mmap"))?;
         let memfd_fd = memfd.try_clone_fd().map_err(mem_err("dup memfd"))?;
         let alias = memfd.map_shared().map_err(mem_err("mmap alias"))?;
+        // A forked child would see the memfd without the pager: reading a chunk that is out
+        // would allocate zero pages in the shared file behind the handler's back.
+        mapping.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
+        alias.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
         let bounce = match config.resolve {
             ResolveMode::Copy => Some(Mapping::anonymous(cs).map_err(mem_err("mmap bounce"))?),
             ResolveMode::AliasContinue => None,
