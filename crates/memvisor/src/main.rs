@@ -2,6 +2,7 @@
 //! into the component crates; this file only parses arguments and reports errors.
 
 mod sim_command;
+mod trace_command;
 
 use std::process::ExitCode;
 
@@ -19,12 +20,15 @@ struct Cli {
 enum Command {
     /// Simulate eviction policies on a trace or a generated workload.
     Sim(sim_command::SimArgs),
+    /// Trace utilities: convert between formats.
+    Trace(trace_command::TraceArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(args) => sim_command::run(args),
+        Command::Sim(args) => sim_command::run(args).map_err(|e| e.to_string()),
+        Command::Trace(args) => trace_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,7 +14,8 @@ use memvisor_sim::{
 use memvisor_trace::{TraceFormat, WorkloadSpec};
 
 /// The workload `memvisor sim` runs when given no trace and no workload.
-pub const BUILT_IN_WORKLOAD: &str = "hotset:n=50000:len=1000000";
+pub const BUILT_IN_WORKLOAD: &str =
+    "hotset:n=50000:hot=0.1:hot-prob=0.9:scan-every=50000:scan-len=20000:len=2000000";
 
 /// Arguments of `memvisor sim`.
 #[derive(Debug, Args)]
@@ -33,7 +34,7 @@ pub struct SimArgs {
     /// Trace format (default: detected from the file name).
     #[arg(long, value_name = "SPEC", requires = "trace")]
     format: Option<String>,
-    /// Generated workload [default: hotset:n=50000:len=1000000].
+    /// Generated workload [default: a hot set of 10% with scans: hotset:n=50000:hot=0.1:hot-prob=0.9:scan-every=50000:scan-len=20000:len=2000000].
     #[arg(long, value_name = "SPEC")]
     workload: Option<String>,
     /// Policies, comma separated, or `all`.

@@ -13,20 +13,36 @@
 //! [`SlotLists`] threads O(1) doubly linked lists through those slots. Storage is allocated at
 //! construction; no policy allocates per access.
 
+mod aging;
+mod arc;
+mod belady;
+mod car;
+mod chunk_queues;
 mod clock;
 mod eviction_policy;
 mod fifo;
 mod lru;
+mod mglru;
 mod policy_error;
 mod policy_spec;
+mod s3fifo;
+mod sieve;
 mod slot_lists;
 mod unit_table;
 
+pub use aging::Aging;
+pub use arc::Arc;
+pub use belady::Belady;
+pub use car::Car;
+pub use chunk_queues::ChunkQueues;
 pub use clock::Clock;
 pub use eviction_policy::{EvictionPolicy, InformationModel};
 pub use fifo::Fifo;
 pub use lru::Lru;
+pub use mglru::Mglru;
 pub use policy_error::PolicyError;
 pub use policy_spec::{Future, PolicyParams, PolicySpec};
+pub use s3fifo::S3Fifo;
+pub use sieve::Sieve;
 pub use slot_lists::SlotLists;
 pub use unit_table::{Slot, UnitId, UnitTable, NO_SLOT};

@@ -10,6 +10,8 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 190.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 70.0;
+/// Longest source name drawn under the title (the plot is 900 px wide).
+const MAX_SUBTITLE_CHARS: usize = 110;
 const COLORS: &[&str] = &[
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#393b79", "#637939",
@@ -61,10 +63,15 @@ pub fn miss_ratio_svg(report: &SweepReport) -> String {
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         svg,
-        r#"<text x="{}" y="28" text-anchor="middle" font-size="16">Miss ratio: {} ({} model)</text>"#,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="16">Miss ratio by resident-set size ({} model)</text>"#,
         LEFT + plot_w / 2.0,
-        escape(&report.source),
         report.model
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="40" text-anchor="middle" font-size="11" fill="#444">{}</text>"##,
+        LEFT + plot_w / 2.0,
+        escape(&truncate(&report.source, MAX_SUBTITLE_CHARS))
     );
     // Axes, grid and ticks.
     for i in 0..=5 {
@@ -197,6 +204,18 @@ fn short_count(n: u64) -> String {
     }
 }
 
+/// `s`, cut to at most `max` characters with an ellipsis in the middle.
+fn truncate(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max.saturating_sub(1) / 2;
+    let head: String = s.chars().take(keep).collect();
+    let tail: String = s.chars().skip(n - keep).collect();
+    format!("{head}…{tail}")
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -245,6 +264,18 @@ mod tests {
         assert!(svg.contains("a&lt;b&gt;"));
         assert!(svg.contains("log scale"));
         assert!(svg.contains("stroke-dasharray"));
+    }
+
+    #[test]
+    fn long_names_are_shortened_in_the_middle() {
+        let long = "x".repeat(50) + &"y".repeat(50) + &"z".repeat(50);
+        let t = truncate(&long, 21);
+        assert_eq!(t.chars().count(), 21);
+        assert!(
+            t.starts_with("xxxxxxxxxx…") && t.ends_with("zzzzzzzzzz"),
+            "{t}"
+        );
+        assert_eq!(truncate("short", 21), "short");
     }
 
     #[test]

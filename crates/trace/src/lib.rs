@@ -1,117 +1,67 @@
-//! TEMPORARY stand-in for the trace crate (replaced by the real one at merge).
-use std::path::{Path, PathBuf};
+//! Streaming trace readers and deterministic workload generators for memvisor.
+//!
+//! A trace is a sequence of [`Request`]s, each an access to one *unit* (a page, a chunk, or a
+//! cache object). Traces come from files — [`open_trace`] with a [`TraceFormat`] — or from
+//! synthetic generators — [`WorkloadSpec::requests`]. Both are named by specs in the house
+//! style `NAME[:KEY=VALUE...]`:
+//!
+//! - formats: `lackey[:instructions=true|false][:page-size=4096]`, `text`,
+//!   `csv:column=N[:time-column=M][:header=true|false][:delimiter=,]`, `oracle-general`
+//!   (details in [`TraceFormat`]);
+//! - workloads: `seq`, `loop`, `uniform`, `zipf`, `hotset`, `phases`, each with `n=UNITS` and
+//!   optional `len=` and `seed=` (details in [`WorkloadSpec`]).
+//!
+//! Readers stream in constant memory and return errors, never panic, on malformed input; every
+//! error names the file and the line (text formats) or record and byte offset (binary). Input
+//! that starts with the zstd magic bytes is decompressed on the fly. Generators are
+//! deterministic across runs and platforms: integer PRNG (xoshiro256**), a rejection-inversion
+//! Zipf sampler, and their own `ln`/`exp` instead of the platform's libm.
+//!
+//! Writers: [`write_oracle_general`] (libCacheSim-compatible, with next-access times) and
+//! [`write_text`].
+//!
+//! ```
+//! use memvisor_trace::{open_trace, write_oracle_general, TraceFormat, WorkloadSpec};
+//!
+//! let workload: WorkloadSpec = "zipf:n=1000:alpha=0.99:len=5000".parse()?;
+//! assert_eq!((workload.len(), workload.universe()), (5000, 1000));
+//! let first: Vec<u64> = workload.requests().take(3).map(|r| r.unit).collect();
+//! assert_eq!(first.len(), 3);
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("zipf.oracleGeneral.zst");
+//! write_oracle_general(&path, workload.requests().map(|r| r.unit))?;
+//! let format = TraceFormat::detect(&path).expect("known extension");
+//! for request in open_trace(&path, &format)? {
+//!     let request = request?; // errors name the file and the record
+//!     assert!(request.next_access.is_none_or(|next| next > request.time));
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    pub time: u64,
-    pub unit: u64,
-    pub next_access: Option<u64>,
-}
+mod csv;
+mod detmath;
+mod lackey;
+mod line_reader;
+mod oracle_general;
+mod output;
+mod permutation;
+mod request;
+mod rng;
+mod spec_params;
+mod text;
+mod trace_error;
+mod trace_format;
+mod trace_reader;
+mod unit_id;
+mod workload;
+mod zipf;
 
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("bad spec {0}")]
-    Spec(String),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum TraceFormat {
-    Text,
-}
-impl TraceFormat {
-    pub fn detect(_p: &Path) -> Option<TraceFormat> {
-        Some(TraceFormat::Text)
-    }
-}
-impl std::str::FromStr for TraceFormat {
-    type Err = TraceError;
-    fn from_str(_s: &str) -> Result<Self, TraceError> {
-        Ok(TraceFormat::Text)
-    }
-}
-impl std::fmt::Display for TraceFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("text")
-    }
-}
-pub struct TraceReader(std::vec::IntoIter<Result<Request, TraceError>>);
-impl Iterator for TraceReader {
-    type Item = Result<Request, TraceError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next()
-    }
-}
-pub fn open_trace(path: &Path, _f: &TraceFormat) -> Result<TraceReader, TraceError> {
-    let s = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
-        path: path.into(),
-        source,
-    })?;
-    let v: Vec<_> = s
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            Ok(Request {
-                time: i as u64,
-                unit: l.trim().parse().unwrap_or(0),
-                next_access: None,
-            })
-        })
-        .collect();
-    Ok(TraceReader(v.into_iter()))
-}
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadSpec {
-    n: u64,
-    len: u64,
-    seed: u64,
-}
-impl std::str::FromStr for WorkloadSpec {
-    type Err = TraceError;
-    fn from_str(s: &str) -> Result<Self, TraceError> {
-        let n: u64 = s
-            .split(':')
-            .find_map(|kv| kv.strip_prefix("n="))
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| TraceError::Spec(s.into()))?;
-        Ok(Self {
-            n,
-            len: 10 * n,
-            seed: 1,
-        })
-    }
-}
-impl std::fmt::Display for WorkloadSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "uniform:n={}", self.n)
-    }
-}
-impl WorkloadSpec {
-    pub fn requests(&self) -> impl Iterator<Item = Request> + Send {
-        let mut x = self.seed;
-        let n = self.n;
-        (0..self.len).map(move |i| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            Request {
-                time: i,
-                unit: (x >> 33) % n,
-                next_access: None,
-            }
-        })
-    }
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-    pub fn universe(&self) -> u64 {
-        self.n
-    }
-    pub fn name(&self) -> &str {
-        "uniform"
-    }
-}
+pub use oracle_general::{write_oracle_general, ORACLE_GENERAL_RECORD_SIZE};
+pub use request::Request;
+pub use text::write_text;
+pub use trace_error::TraceError;
+pub use trace_format::TraceFormat;
+pub use trace_reader::{open_trace, TraceReader};
+pub use unit_id::hash_unit_id;
+pub use workload::{WorkloadKind, WorkloadSpec};

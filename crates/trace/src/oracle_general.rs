@@ -1,0 +1,256 @@
+//! libCacheSim oracleGeneral traces (see [`crate::TraceFormat::OracleGeneral`]) and
+//! [`write_oracle_general`].
+
+use std::collections::HashMap;
+use std::io::{BufReader, ErrorKind, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::output::Output;
+use crate::request::Request;
+use crate::trace_error::TraceError;
+
+/// The size of one record in bytes.
+pub const ORACLE_GENERAL_RECORD_SIZE: usize = 24;
+
+const NEVER: i64 = -1;
+
+/// Streams the requests of an oracleGeneral trace.
+pub(crate) struct OracleGeneralReader {
+    input: BufReader<Box<dyn Read + Send>>,
+    file: Arc<str>,
+    record: u64,
+}
+
+impl OracleGeneralReader {
+    pub(crate) fn new(input: Box<dyn Read + Send>, file: Arc<str>) -> Self {
+        Self {
+            input: BufReader::with_capacity(64 * 1024, input),
+            file,
+            record: 0,
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.record * ORACLE_GENERAL_RECORD_SIZE as u64
+    }
+
+    fn error(&self, reason: String) -> TraceError {
+        TraceError::Record {
+            file: self.file.to_string(),
+            record: self.record,
+            offset: self.offset(),
+            reason,
+        }
+    }
+
+    /// Fills `buf` as far as the input allows; the number of bytes read.
+    fn read_record(&mut self, buf: &mut [u8]) -> Result<usize, TraceError> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.input.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TraceError::Read {
+                        file: self.file.to_string(),
+                        position: format!(
+                            "record {} (byte offset {})",
+                            self.record,
+                            self.offset() + filled as u64
+                        ),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(filled)
+    }
+
+    /// The next request (its time is the record's time field).
+    pub(crate) fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
+        let mut buf = [0u8; ORACLE_GENERAL_RECORD_SIZE];
+        let len = self.read_record(&mut buf)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        if len < ORACLE_GENERAL_RECORD_SIZE {
+            return Err(TraceError::PartialRecord {
+                file: self.file.to_string(),
+                record: self.record,
+                offset: self.offset(),
+                len,
+                record_size: ORACLE_GENERAL_RECORD_SIZE,
+            });
+        }
+        let time = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
+        let unit = u64::from_le_bytes(buf[4..12].try_into().expect("8 bytes"));
+        let next = i64::from_le_bytes(buf[16..24].try_into().expect("8 bytes"));
+        let next_access = match next {
+            NEVER | i64::MAX => None,
+            v if v >= 1 && (v - 1) as u64 > self.record => Some((v - 1) as u64),
+            v if v >= 1 => {
+                return Err(self.error(format!(
+                    "next access {v} (request index {}) is not after this request",
+                    v - 1
+                )))
+            }
+            v => {
+                return Err(self.error(format!(
+                    "invalid next access {v} (expected -1 or a 1-based request number)"
+                )))
+            }
+        };
+        self.record += 1;
+        Ok(Some(Request {
+            time: u64::from(time),
+            unit,
+            next_access,
+        }))
+    }
+}
+
+/// Writes `requests` to `path` as an oracleGeneral trace and returns the number of records.
+///
+/// Each record gets time = its index (saturating at `u32::MAX`), the id, size 1, and the
+/// next access in libCacheSim's convention (the 1-based number of the next request for the same
+/// id, -1 for never; see [`TraceFormat::OracleGeneral`](crate::TraceFormat::OracleGeneral)),
+/// so libCacheSim reads the file as written. Computing next accesses needs the whole sequence: the ids are held in
+/// memory, 16 bytes per request plus a hash map over the distinct ids. A path ending in `.zst`
+/// is zstd-compressed.
+pub fn write_oracle_general(
+    path: &Path,
+    requests: impl IntoIterator<Item = u64>,
+) -> Result<u64, TraceError> {
+    let ids: Vec<u64> = requests.into_iter().collect();
+    let mut next = vec![NEVER; ids.len()];
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for (i, &id) in ids.iter().enumerate().rev() {
+        if let Some(j) = seen.insert(id, i) {
+            next[i] = j as i64 + 1;
+        }
+    }
+    drop(seen);
+    let mut out = Output::create(path)?;
+    let mut buf = Vec::with_capacity(ORACLE_GENERAL_RECORD_SIZE * 4096);
+    for (i, (&id, &nxt)) in ids.iter().zip(&next).enumerate() {
+        let time = u32::try_from(i).unwrap_or(u32::MAX);
+        buf.extend_from_slice(&time.to_le_bytes());
+        buf.extend_from_slice(&id.to_le_bytes());
+        buf.extend_from_slice(&1u32.to_le_bytes());
+        buf.extend_from_slice(&nxt.to_le_bytes());
+        if buf.len() >= buf.capacity() - ORACLE_GENERAL_RECORD_SIZE {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)?;
+    out.finish()?;
+    Ok(ids.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(time: u32, id: u64, size: u32, next: i64) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&time.to_le_bytes());
+        r.extend_from_slice(&id.to_le_bytes());
+        r.extend_from_slice(&size.to_le_bytes());
+        r.extend_from_slice(&next.to_le_bytes());
+        r
+    }
+
+    fn read(data: Vec<u8>) -> Result<Vec<Request>, TraceError> {
+        let mut r = OracleGeneralReader::new(Box::new(std::io::Cursor::new(data)), "t.og".into());
+        let mut out = Vec::new();
+        while let Some(req) = r.next_request()? {
+            out.push(req);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn decodes_records_and_converts_next_access() {
+        // Requests: a b a, as libCacheSim's traceConv would write them.
+        let data = [
+            record(100, 7, 4096, 3),
+            record(101, 8, 0, -1),
+            record(102, 7, 4096, i64::MAX),
+        ]
+        .concat();
+        let got = read(data).unwrap();
+        assert_eq!(
+            got,
+            [
+                Request {
+                    time: 100,
+                    unit: 7,
+                    next_access: Some(2)
+                },
+                Request {
+                    time: 101,
+                    unit: 8,
+                    next_access: None
+                },
+                Request {
+                    time: 102,
+                    unit: 7,
+                    next_access: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_records_name_record_and_offset() {
+        let mut data = [record(1, 1, 1, -1), record(2, 2, 1, -1)].concat();
+        data.extend_from_slice(&[1, 2, 3, 4, 5]);
+        let e = read(data).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.og: record 2 (byte offset 48): trailing partial record of 5 bytes (records are 24 bytes)"
+        );
+        let data = [record(1, 1, 1, -1), record(2, 2, 1, 2)].concat();
+        let e = read(data).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "t.og: record 1 (byte offset 24): next access 2 (request index 1) is not after"
+            ),
+            "{e}"
+        );
+        for bad in [0, -2, i64::MIN] {
+            let e = read(record(1, 1, 1, bad)).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "t.og: record 0 (byte offset 0): invalid next access {bad}"
+                )),
+                "{e}"
+            );
+        }
+        assert!(read(Vec::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn writer_uses_libcachesim_convention() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.oracleGeneral");
+        assert_eq!(write_oracle_general(&path, [5u64, 6, 5, 5]).unwrap(), 4);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            bytes,
+            [
+                record(0, 5, 1, 3),
+                record(1, 6, 1, -1),
+                record(2, 5, 1, 4),
+                record(3, 5, 1, -1)
+            ]
+            .concat()
+        );
+        let got = read(bytes).unwrap();
+        let next: Vec<Option<u64>> = got.iter().map(|r| r.next_access).collect();
+        assert_eq!(next, [Some(2), None, Some(3), None]);
+    }
+}

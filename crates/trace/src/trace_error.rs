@@ -1,0 +1,109 @@
+//! [`TraceError`]: what can go wrong when reading or writing a trace or parsing a spec.
+
+use std::io;
+
+/// Errors of the trace library.
+///
+/// Every error about a file names the file. Text formats also name the line (1-based) and quote
+/// an excerpt of it; the binary format names the record (0-based) and its byte offset in the
+/// (decompressed) stream.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The trace file could not be opened.
+    #[error("{file}: cannot open: {source}")]
+    Open {
+        /// The file.
+        file: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Reading failed (an I/O error, or corrupt zstd data).
+    #[error("{file}: {position}: read error: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// Where: `line N` or `record N (byte offset B)`.
+        position: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A line of a text format is malformed.
+    #[error("{file}:{line}: {reason}: {excerpt:?}")]
+    Line {
+        /// The file.
+        file: String,
+        /// The line number, 1-based.
+        line: u64,
+        /// The start of the offending line (lossily decoded, possibly cut short).
+        excerpt: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record of a binary format is malformed.
+    #[error("{file}: record {record} (byte offset {offset}): {reason}")]
+    Record {
+        /// The file.
+        file: String,
+        /// The record number, 0-based.
+        record: u64,
+        /// The byte offset of the record in the (decompressed) stream.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The binary stream ends in the middle of a record.
+    #[error(
+        "{file}: record {record} (byte offset {offset}): trailing partial record of {len} bytes \
+         (records are {record_size} bytes)"
+    )]
+    PartialRecord {
+        /// The file.
+        file: String,
+        /// The number of the incomplete record, 0-based.
+        record: u64,
+        /// The byte offset where it starts.
+        offset: u64,
+        /// How many bytes of it are present.
+        len: usize,
+        /// The size of a whole record.
+        record_size: usize,
+    },
+    /// The output file could not be created.
+    #[error("{file}: cannot create: {source}")]
+    Create {
+        /// The file.
+        file: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Writing a trace failed.
+    #[error("{file}: write error: {source}")]
+    Write {
+        /// The file.
+        file: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A spec names an unknown format or workload.
+    #[error("unknown {what} {name:?} (known: {known})")]
+    UnknownName {
+        /// What was being named: `trace format` or `workload`.
+        what: &'static str,
+        /// The name given.
+        name: String,
+        /// The known names, comma separated.
+        known: String,
+    },
+    /// A spec parameter is unknown, missing, or has a bad value.
+    #[error("{what} {name}: parameter {param:?}: {reason}")]
+    BadParameter {
+        /// What the spec describes: `trace format` or `workload`.
+        what: &'static str,
+        /// The format or workload name.
+        name: &'static str,
+        /// The parameter as written (`KEY=VALUE`, or just `KEY` when it is missing).
+        param: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}

@@ -1,0 +1,190 @@
+//! [`TraceReader`] and [`open_trace`]: a streaming iterator over the requests of a trace.
+
+use std::fs::File;
+use std::io::{Cursor, ErrorKind, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::csv::CsvReader;
+use crate::lackey::LackeyReader;
+use crate::oracle_general::OracleGeneralReader;
+use crate::request::Request;
+use crate::text::TextReader;
+use crate::trace_error::TraceError;
+use crate::trace_format::TraceFormat;
+
+/// The first bytes of every zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Opens the trace at `path` in `format`. Only opening the file can fail here; reading and
+/// parsing errors come from the iterator.
+pub fn open_trace(path: &Path, format: &TraceFormat) -> Result<TraceReader, TraceError> {
+    let name = path.display().to_string();
+    let file = File::open(path).map_err(|source| TraceError::Open {
+        file: name.clone(),
+        source,
+    })?;
+    Ok(TraceReader::from_reader(Box::new(file), &name, format))
+}
+
+/// The requests of a trace, read lazily in constant memory (fixed buffers; plus, for
+/// compressed input, the zstd window, at most 128 MiB).
+///
+/// Iterates `Result<Request, TraceError>`; after the first error (or the end) it yields `None`
+/// forever. Input starting with the zstd magic bytes is decompressed on the fly, whatever the
+/// format.
+pub struct TraceReader {
+    file: Arc<str>,
+    format: TraceFormat,
+    state: State,
+    /// Requests returned so far.
+    count: u64,
+}
+
+enum State {
+    /// Not read yet: compression is detected at the first `next`.
+    Start(Box<dyn Read + Send>),
+    Lackey(LackeyReader),
+    Text(TextReader),
+    Csv(CsvReader),
+    OracleGeneral(OracleGeneralReader),
+    Done,
+}
+
+impl TraceReader {
+    /// A reader of `input` in `format`; `name` labels errors (usually the file name).
+    /// Infallible: nothing is read until the first call to `next`.
+    pub fn from_reader(input: Box<dyn Read + Send>, name: &str, format: &TraceFormat) -> Self {
+        Self {
+            file: name.into(),
+            format: format.clone(),
+            state: State::Start(input),
+            count: 0,
+        }
+    }
+
+    /// The name errors use for the input.
+    pub fn name(&self) -> &str {
+        &self.file
+    }
+
+    /// The format being read.
+    pub fn format(&self) -> &TraceFormat {
+        &self.format
+    }
+
+    /// The number of requests returned so far.
+    pub fn requests_read(&self) -> u64 {
+        self.count
+    }
+
+    /// Peeks at the first bytes for the zstd magic and builds the format's reader.
+    fn start(&self, mut input: Box<dyn Read + Send>) -> Result<State, TraceError> {
+        let mut head = [0u8; 4];
+        let mut len = 0;
+        while len < head.len() {
+            match input.read(&mut head[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TraceError::Read {
+                        file: self.file.to_string(),
+                        position: "start of file".into(),
+                        source,
+                    })
+                }
+            }
+        }
+        let input: Box<dyn Read + Send> = Box::new(Cursor::new(head[..len].to_vec()).chain(input));
+        let input: Box<dyn Read + Send> = if head[..len] == ZSTD_MAGIC {
+            // zstd's default window limit (2^27 bytes) applies, as in libCacheSim's reader: a
+            // frame declaring a larger window (`zstd --long=28` and up) is an error rather
+            // than an allocation of up to 2 GiB.
+            let decoder =
+                zstd::stream::read::Decoder::new(input).map_err(|source| TraceError::Read {
+                    file: self.file.to_string(),
+                    position: "start of file".into(),
+                    source,
+                })?;
+            Box::new(decoder)
+        } else {
+            input
+        };
+        let file = self.file.clone();
+        Ok(match self.format {
+            TraceFormat::Lackey {
+                instructions,
+                page_size,
+            } => State::Lackey(LackeyReader::new(input, file, instructions, page_size)),
+            TraceFormat::Text => State::Text(TextReader::new(input, file)),
+            TraceFormat::Csv {
+                column,
+                time_column,
+                header,
+                delimiter,
+            } => State::Csv(CsvReader::new(
+                input,
+                file,
+                column,
+                time_column,
+                header,
+                delimiter,
+            )),
+            TraceFormat::OracleGeneral => {
+                State::OracleGeneral(OracleGeneralReader::new(input, file))
+            }
+        })
+    }
+
+    fn step(&mut self) -> Result<Option<Request>, TraceError> {
+        if matches!(self.state, State::Start(_)) {
+            let State::Start(input) = std::mem::replace(&mut self.state, State::Done) else {
+                unreachable!("checked above");
+            };
+            self.state = self.start(input)?;
+        }
+        let index = self.count;
+        match &mut self.state {
+            State::Start(_) => unreachable!("replaced above"),
+            State::Lackey(r) => r.next_request(index),
+            State::Text(r) => r.next_request(index),
+            State::Csv(r) => r.next_request(index),
+            State::OracleGeneral(r) => r.next_request(),
+            State::Done => Ok(None),
+        }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Request, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.step() {
+            Ok(Some(request)) => {
+                self.count += 1;
+                Some(Ok(request))
+            }
+            Ok(None) => {
+                self.state = State::Done;
+                None
+            }
+            Err(e) => {
+                self.state = State::Done;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for TraceReader {}
+
+impl std::fmt::Debug for TraceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceReader")
+            .field("file", &self.file)
+            .field("format", &self.format)
+            .field("requests_read", &self.count)
+            .finish_non_exhaustive()
+    }
+}
