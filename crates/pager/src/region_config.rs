@@ -11,8 +11,8 @@ use crate::fault_injector::FaultInjector;
 /// Default chunk size: 256 pages of 4 KiB.
 pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
 
-/// The default policy's spelling. `chunk-queues` (seed 003) once the policy library has it.
-pub const DEFAULT_POLICY: &str = "clock";
+/// The default policy: chunk queues (seed 003, section 4.2).
+pub const DEFAULT_POLICY: &str = "chunk-queues";
 
 /// How a fault handler maps a chunk it brought in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -51,6 +51,7 @@ fn defaults_and_accessors() {
     assert_eq!(r.chunk_size(), DEFAULT_CHUNK_SIZE);
     assert_eq!(r.budget_chunks(), 2);
     assert_eq!(r.resolve_mode(), ResolveMode::Copy);
+    assert_eq!(RegionConfig::new(1, 1, "/").policy.name(), "chunk-queues");
     assert!(r.swap_is_direct());
     assert_eq!(r.stats().chunks, 4);
     assert!(r.handler_alive());

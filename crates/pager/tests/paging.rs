@@ -266,7 +266,10 @@ fn randomized_multithreaded_with_access_sampling() {
     if !supported() {
         return;
     }
-    for policy in [PolicySpec::Clock, PolicySpec::Lru] {
+    for policy in PolicySpec::all() {
+        if policy.is_offline() {
+            continue;
+        }
         for mode in MODES {
             let s = stress_sampled(policy.clone(), mode, 4, 3, Some(Duration::from_millis(1)));
             assert!(s.samples > 0, "{s:?}");
@@ -274,10 +277,10 @@ fn randomized_multithreaded_with_access_sampling() {
     }
 }
 
-/// A hot chunk touched between the steps of a scan: with sampling, CLOCK sees its reference
-/// bit and keeps it; FIFO evicts it every round.
+/// A hot chunk touched between the steps of a scan: with sampling, CLOCK and chunk queues see
+/// its reference bit and keep it; FIFO evicts it every few rounds.
 #[test]
-fn sampling_lets_clock_keep_a_hot_chunk() {
+fn sampling_lets_clock_and_chunk_queues_keep_a_hot_chunk() {
     if !supported() {
         return;
     }
@@ -305,17 +308,19 @@ fn sampling_lets_clock_keep_a_hot_chunk() {
     // the rest are misses of the hot chunk.
     let hot_misses = |s: &RegionStats| (s.page_ins + s.zero_fills).saturating_sub(150);
     let fifo = run(PolicySpec::Fifo, None);
-    let clock = run(PolicySpec::Clock, Some(Duration::from_millis(1)));
-    assert!(clock.minor_faults > 0, "{clock:?}");
-    assert!(
-        hot_misses(&clock) * 3 < hot_misses(&fifo),
-        "hot-chunk misses: clock with sampling {}, fifo {}",
-        hot_misses(&clock),
-        hot_misses(&fifo)
-    );
-    eprintln!(
-        "hot-chunk misses: clock with sampling {}, fifo {}",
-        hot_misses(&clock),
-        hot_misses(&fifo)
-    );
+    for policy in ["clock", "chunk-queues"] {
+        let sampled = run(policy.parse().unwrap(), Some(Duration::from_millis(1)));
+        assert!(sampled.minor_faults > 0, "{sampled:?}");
+        eprintln!(
+            "hot-chunk misses: {policy} with sampling {}, fifo {}",
+            hot_misses(&sampled),
+            hot_misses(&fifo)
+        );
+        assert!(
+            hot_misses(&sampled) * 3 < hot_misses(&fifo),
+            "hot-chunk misses: {policy} with sampling {}, fifo {}",
+            hot_misses(&sampled),
+            hot_misses(&fifo)
+        );
+    }
 }
