@@ -63,7 +63,8 @@ fn main() {
             let region = match Region::new(
                 RegionConfig::new(size, budget, &dir)
                     .chunk_size(chunk)
-                    .resolve(mode),
+                    .resolve(mode)
+                    .sample_interval(None),
             ) {
                 Ok(r) => r,
                 Err(e) => {

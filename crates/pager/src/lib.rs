@@ -39,7 +39,9 @@ pub use fault_injector::FaultInjector;
 pub use memfd::{page_size, Mapping, Memfd};
 pub use pager_error::PagerError;
 pub use region::Region;
-pub use region_config::{RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_POLICY};
+pub use region_config::{
+    RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_POLICY, DEFAULT_SAMPLE_INTERVAL,
+};
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};
 pub use userfaultfd::{FaultEvent, FaultKind, RegisterMode, Userfaultfd};

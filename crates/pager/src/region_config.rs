@@ -14,6 +14,9 @@ pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
 /// The default policy: chunk queues (seed 003, section 4.2).
 pub const DEFAULT_POLICY: &str = "chunk-queues";
 
+/// Default access sampling period (see [`RegionConfig::sample_interval`]).
+pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How a fault handler maps a chunk it brought in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResolveMode {
@@ -59,8 +62,13 @@ pub struct RegionConfig {
     /// Access sampling period. Every period the policy samples (reads and clears reference
     /// bits) and the page-table entries of every resident chunk are dropped; the next access
     /// to a chunk raises a userfaultfd minor fault, which maps the whole chunk again with
-    /// `UFFDIO_CONTINUE` and sets its reference bit. `None` (the default): the policy only
-    /// sees page-ins, so CLOCK and LRU degrade to FIFO order.
+    /// `UFFDIO_CONTINUE` and sets its reference bit. `None`: the policy only sees page-ins,
+    /// so CLOCK, LRU and chunk queues degrade to FIFO order. Default: [`DEFAULT_SAMPLE_INTERVAL`].
+    ///
+    /// Cost measured on the development VM (64 MiB resident, every chunk touched between
+    /// samples): one sample drops the page tables of the resident set in 3.5–11 ms, and each
+    /// chunk touched afterwards costs a minor fault of 0.3–0.4 ms (1 MiB chunks), i.e. a few
+    /// percent at 1 s, about a third at 100 ms, and 20x at 10 ms.
     pub sample_interval: Option<Duration>,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
@@ -81,7 +89,7 @@ impl RegionConfig {
             swap_dir: swap_dir.into(),
             policy: DEFAULT_POLICY.parse().unwrap_or(PolicySpec::Clock),
             resolve: ResolveMode::default(),
-            sample_interval: None,
+            sample_interval: Some(DEFAULT_SAMPLE_INTERVAL),
             name: "region".into(),
             log_errors: true,
             fault_injector: None,

@@ -5,6 +5,7 @@ mod common;
 use common::supported;
 use memvisor_pager::{
     page_size, PagerError, Region, RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE,
+    DEFAULT_SAMPLE_INTERVAL,
 };
 
 #[test]
@@ -51,7 +52,9 @@ fn defaults_and_accessors() {
     assert_eq!(r.chunk_size(), DEFAULT_CHUNK_SIZE);
     assert_eq!(r.budget_chunks(), 2);
     assert_eq!(r.resolve_mode(), ResolveMode::Copy);
-    assert_eq!(RegionConfig::new(1, 1, "/").policy.name(), "chunk-queues");
+    let defaults = RegionConfig::new(1, 1, "/");
+    assert_eq!(defaults.policy.name(), "chunk-queues");
+    assert_eq!(defaults.sample_interval, Some(DEFAULT_SAMPLE_INTERVAL));
     assert!(r.swap_is_direct());
     assert_eq!(r.stats().chunks, 4);
     assert!(r.handler_alive());
