@@ -22,11 +22,13 @@
 //! name the region, chunk, offset and swap path; see [`Region::take_errors`].
 //!
 //! Building blocks usable on their own: [`Userfaultfd`] (safe ioctl wrappers), [`Memfd`] and
-//! [`Mapping`], [`SwapFile`], [`crc32c()`](crc32c::crc32c).
+//! [`Mapping`], [`SwapFile`], [`crc32c()`](crc32c::crc32c). C callers use [`ffi`] through
+//! `include/memvisor.h`.
 
 pub mod crc32c;
 mod fault_handler;
 mod fault_injector;
+pub mod ffi;
 mod memfd;
 mod pager_error;
 mod region;
