@@ -21,11 +21,13 @@ use std::time::{Duration, Instant};
 
 use memvisor_policy::EvictionPolicy;
 
+use crate::crc32c::crc32c;
 use crate::memfd::{page_size, Mapping, Memfd};
+use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub, StatsCounters};
-use crate::swap_file::{ReadError, SwapFile, WriteOutcome};
+use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
@@ -85,6 +87,11 @@ pub(crate) struct FaultHandler {
     pub bounce: Option<Mapping>,
     /// Access sampling period (see [`sample`](Self::sample)); `None` disables sampling.
     pub sample_interval: Option<Duration>,
+    /// Dirty tracking: pages are mapped write-protected (`WP_ASYNC`) and `PAGEMAP_SCAN` tells
+    /// which were written; `None` without tracking (every eviction writes).
+    pub pagemap: Option<Pagemap>,
+    /// Sticky per-chunk dirty bits, harvested from the page tables before they are rebuilt.
+    dirty: Vec<bool>,
     states: Vec<ChunkState>,
     /// Resident chunks the policy no longer tracks because their page-out failed.
     overrun: Vec<usize>,
@@ -121,6 +128,8 @@ impl FaultHandler {
             resolve,
             bounce,
             sample_interval: None,
+            pagemap: None,
+            dirty: vec![false; chunks],
             states: vec![ChunkState::Out; chunks],
             overrun: Vec::new(),
             page: page_size(),
@@ -262,9 +271,11 @@ impl FaultHandler {
                 add(&self.stats().resident_faults, 1);
                 if ev.kind == FaultKind::Minor {
                     // Page-table entries were dropped (page-out attempt or sampling): map the
-                    // whole chunk again.
+                    // whole chunk again, after saving its written state (mapping it
+                    // write-protected clears that state).
                     self.policy.mark_referenced(c as u64);
                     let (start, len) = self.chunk_range(c);
+                    self.harvest_dirty(c, start, len);
                     if let Err(e) = self.fill(start, len, Fill::Continue) {
                         self.memory_error("UFFDIO_CONTINUE", start, len, e);
                     }
@@ -316,12 +327,17 @@ impl FaultHandler {
             self.memory_error("MADV_DONTNEED", start, len, e);
             return Err(());
         }
+        // The entries are gone, so nobody writes the chunk now: its written state is final.
+        self.harvest_dirty(v, start, len);
         // Map the alias pages in one call rather than faulting on each while reading them.
         let _ = self.alias.populate_read(start, len);
         // SAFETY: the alias mapping covers the whole region, so `[start, start + len)` is inside
         // it. Nobody else writes these pages now: the registered mapping's entries were just
         // dropped, so program accesses fault and wait for this (the only handler) thread.
         let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        if !self.dirty[v] && self.is_clean(v, data) {
+            return self.drop_chunk(v, start, len);
+        }
         let t = Instant::now();
         let written = self.swap.write_chunk(v, data);
         add(&self.stats().swap_write_nanos, nanos(t));
@@ -343,12 +359,60 @@ impl FaultHandler {
                 return Err(());
             }
         }
+        // Swap now holds exactly the memory's content.
+        self.dirty[v] = false;
+        self.drop_chunk(v, start, len)
+    }
+
+    /// Whether chunk `v`, which dirty tracking reports unwritten since it was mapped, really
+    /// needs no write: its swap copy (or, if none, all zeros) matches `data`. The checksum
+    /// comparison is a safety net: a mismatch means tracking missed a write, which is counted
+    /// and answered with a normal write.
+    fn is_clean(&self, v: usize, data: &[u8]) -> bool {
+        if self.pagemap.is_none() {
+            return false;
+        }
+        let clean = match self.swap.stored_crc(v) {
+            Some(crc) => crc32c(data) == crc,
+            None => is_zero(data),
+        };
+        if clean {
+            if self.swap.is_stored(v) {
+                add(&self.stats().clean_evictions, 1);
+            } else {
+                add(&self.stats().zero_page_outs, 1);
+            }
+        } else {
+            add(&self.stats().dirty_tracking_misses, 1);
+        }
+        clean
+    }
+
+    /// Sets chunk `c`'s sticky dirty bit if any of its pages was written since it was last
+    /// mapped write-protected. Without tracking, or if the scan fails, the chunk counts as dirty.
+    fn harvest_dirty(&mut self, c: usize, start: usize, len: usize) {
+        let written = match &self.pagemap {
+            None => true,
+            Some(p) => match p.any_written(self.base + start, len) {
+                Ok(w) => w,
+                Err(e) => {
+                    self.memory_error("PAGEMAP_SCAN", start, len, e);
+                    true
+                }
+            },
+        };
+        self.dirty[c] |= written;
+    }
+
+    /// Punches chunk `v` (saved or clean) out of the memfd and marks it out.
+    fn drop_chunk(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
         if let Err(e) = self.memfd.punch_hole(start, len) {
-            // The data is in swap and still in memory: keep it resident.
+            // The data is in swap (or clean) and still in memory: keep it resident.
             self.memory_error("punch memfd", start, len, e);
             return Err(());
         }
         self.states[v] = ChunkState::Out;
+        self.dirty[v] = false;
         sub(&self.stats().resident_chunks, 1);
         if self.swap.is_stored(v) {
             add(&self.stats().swapped_chunks, 1);
@@ -393,6 +457,7 @@ impl FaultHandler {
                     add(&self.stats().zero_fills, 1);
                 }
                 self.states[c] = ChunkState::In;
+                self.dirty[c] = false;
                 add(&self.stats().resident_chunks, 1);
                 // Counters first, then the wake: a woken thread sees consistent statistics.
                 let _ = self.uffd.wake(self.base + start, len);
@@ -486,13 +551,16 @@ impl FaultHandler {
     fn fill_wake(&self, start: usize, len: usize, how: Fill<'_>, wake: bool) -> io::Result<()> {
         let mut done = 0;
         let mut again = 0;
+        let wp = self.pagemap.is_some();
         while done < len {
             let dst = self.base + start + done;
             let rest = len - done;
             let r = match how {
-                Fill::Continue => self.uffd.continue_range(dst, rest, wake),
+                Fill::Continue => self.uffd.continue_range(dst, rest, wake, wp),
+                // No write-protect mode for zero pages: such chunks read as written, and their
+                // eviction finds them zero without I/O.
                 Fill::Zero => self.uffd.zeropage(dst, rest, wake),
-                Fill::Copy(src) => self.uffd.copy(dst, &src[done..], wake),
+                Fill::Copy(src) => self.uffd.copy(dst, &src[done..], wake, wp),
             };
             match r {
                 Ok(n) if n >= rest || n == 0 => return Ok(()),

@@ -30,6 +30,7 @@ mod fault_handler;
 mod fault_injector;
 pub mod ffi;
 mod memfd;
+mod pagemap;
 mod pager_error;
 mod region;
 mod region_config;
@@ -39,6 +40,7 @@ pub mod userfaultfd;
 
 pub use fault_injector::FaultInjector;
 pub use memfd::{page_size, Mapping, Memfd};
+pub use pagemap::Pagemap;
 pub use pager_error::PagerError;
 pub use region::Region;
 pub use region_config::{

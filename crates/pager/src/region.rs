@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
+use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::region_config::{RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
@@ -20,6 +21,9 @@ static REGION_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// userfaultfd features a region needs.
 const NEEDED_FEATURES: u64 = features::MISSING_SHMEM | features::MINOR_SHMEM | features::POISON;
+/// userfaultfd features dirty tracking needs on top.
+const DIRTY_FEATURES: u64 =
+    features::WP_ASYNC | features::WP_HUGETLBFS_SHMEM | features::WP_UNPOPULATED;
 
 /// A region of memory backed by a memfd, of which at most a budget of chunks is resident; the
 /// rest lives in a private swap file.
@@ -39,6 +43,7 @@ pub struct Region {
     resolve: ResolveMode,
     swap_direct: bool,
     swap_path: PathBuf,
+    dirty_tracking: bool,
     /// A second descriptor of the memfd, for [`memory_bytes`](Self::memory_bytes).
     memfd_fd: OwnedFd,
 }
@@ -110,13 +115,29 @@ impl Region {
             ResolveMode::Copy => Some(Mapping::anonymous(cs).map_err(mem_err("mmap bounce"))?),
             ResolveMode::AliasContinue => None,
         };
-        let uffd = Userfaultfd::new(NEEDED_FEATURES).map_err(PagerError::Unavailable)?;
-        uffd.register(
-            mapping.addr(),
-            len,
-            RegisterMode::MISSING | RegisterMode::MINOR,
-        )
-        .map_err(mem_err("UFFDIO_REGISTER"))?;
+        // Dirty tracking if asked for and the kernel has it; plain paging otherwise.
+        let tracked = if config.dirty_tracking {
+            Userfaultfd::new(NEEDED_FEATURES | DIRTY_FEATURES)
+                .ok()
+                .and_then(|u| Pagemap::open().ok().map(|p| (u, p)))
+        } else {
+            None
+        };
+        let (uffd, pagemap, mode) = match tracked {
+            Some((u, p)) => (
+                u,
+                Some(p),
+                RegisterMode::MISSING | RegisterMode::MINOR | RegisterMode::WP,
+            ),
+            None => (
+                Userfaultfd::new(NEEDED_FEATURES).map_err(PagerError::Unavailable)?,
+                None,
+                RegisterMode::MISSING | RegisterMode::MINOR,
+            ),
+        };
+        uffd.register(mapping.addr(), len, mode)
+            .map_err(mem_err("UFFDIO_REGISTER"))?;
+        let dirty_tracking = pagemap.is_some();
         let swap = SwapFile::create(
             &config.swap_dir,
             &seq.to_string(),
@@ -156,6 +177,7 @@ impl Region {
             bounce,
         );
         handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
+        handler.pagemap = pagemap;
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))
             .spawn(move || handler.run())
@@ -174,6 +196,7 @@ impl Region {
             swap_direct,
             swap_path,
             memfd_fd,
+            dirty_tracking,
         })
     }
 
@@ -206,6 +229,11 @@ impl Region {
     /// How faults are resolved.
     pub fn resolve_mode(&self) -> ResolveMode {
         self.resolve
+    }
+
+    /// Whether dirty tracking is on (clean chunks are evicted without a write).
+    pub fn dirty_tracking(&self) -> bool {
+        self.dirty_tracking
     }
 
     /// Whether swap I/O uses `O_DIRECT`.

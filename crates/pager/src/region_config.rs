@@ -70,6 +70,10 @@ pub struct RegionConfig {
     /// chunk touched afterwards costs a minor fault of 0.3–0.4 ms (1 MiB chunks), i.e. a few
     /// percent at 1 s, about a third at 100 ms, and 20x at 10 ms.
     pub sample_interval: Option<Duration>,
+    /// Track written pages (userfaultfd `WP_ASYNC` + `PAGEMAP_SCAN`) so chunks unchanged since
+    /// they were read from swap are evicted without a write. Default on; silently off if the
+    /// kernel lacks the features (see [`Region::dirty_tracking`](crate::Region::dirty_tracking)).
+    pub dirty_tracking: bool,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
     /// Print each recorded error to stderr as it happens.
@@ -90,6 +94,7 @@ impl RegionConfig {
             policy: DEFAULT_POLICY.parse().unwrap_or(PolicySpec::Clock),
             resolve: ResolveMode::default(),
             sample_interval: Some(DEFAULT_SAMPLE_INTERVAL),
+            dirty_tracking: true,
             name: "region".into(),
             log_errors: true,
             fault_injector: None,
@@ -117,6 +122,12 @@ impl RegionConfig {
     /// Sets the access sampling period (`None` disables sampling).
     pub fn sample_interval(mut self, interval: Option<Duration>) -> Self {
         self.sample_interval = interval;
+        self
+    }
+
+    /// Turns dirty tracking on or off.
+    pub fn dirty_tracking(mut self, on: bool) -> Self {
+        self.dirty_tracking = on;
         self
     }
 

@@ -32,6 +32,12 @@ pub struct RegionStats {
     pub page_outs: u64,
     /// Evicted chunks found all-zero (not written).
     pub zero_page_outs: u64,
+    /// Evicted chunks unchanged since they were read from swap (or zero-filled): dropped
+    /// without a write, thanks to dirty tracking.
+    pub clean_evictions: u64,
+    /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
+    /// should stay 0.
+    pub dirty_tracking_misses: u64,
     /// Bytes read from swap.
     pub bytes_read: u64,
     /// Bytes written to swap.
@@ -86,6 +92,8 @@ pub(crate) struct StatsCounters {
     pub zero_fills: AtomicU64,
     pub page_outs: AtomicU64,
     pub zero_page_outs: AtomicU64,
+    pub clean_evictions: AtomicU64,
+    pub dirty_tracking_misses: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -179,6 +187,8 @@ impl StatsCounters {
             zero_fills: g(&self.zero_fills),
             page_outs: g(&self.page_outs),
             zero_page_outs: g(&self.zero_page_outs),
+            clean_evictions: g(&self.clean_evictions),
+            dirty_tracking_misses: g(&self.dirty_tracking_misses),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

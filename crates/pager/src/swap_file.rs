@@ -148,6 +148,11 @@ impl SwapFile {
         self.crcs.get(chunk).is_some_and(|c| c.is_some())
     }
 
+    /// The CRC32C recorded for chunk `chunk`, if it is stored.
+    pub fn stored_crc(&self, chunk: usize) -> Option<u32> {
+        self.crcs.get(chunk).copied().flatten()
+    }
+
     /// Bytes of disk the file occupies (`st_blocks * 512`).
     pub fn allocated_bytes(&self) -> io::Result<u64> {
         Ok(std::os::unix::fs::MetadataExt::blocks(&self.file.metadata()?) * 512)

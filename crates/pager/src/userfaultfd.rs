@@ -49,6 +49,8 @@ pub mod features {
     pub const WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
     /// `UFFDIO_POISON`.
     pub const POISON: u64 = 1 << 14;
+    /// Write-protect unpopulated entries too.
+    pub const WP_UNPOPULATED: u64 = 1 << 13;
     /// Asynchronous write protection (dirty tracking).
     pub const WP_ASYNC: u64 = 1 << 15;
 }
@@ -78,6 +80,12 @@ const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
 const MODE_DONTWAKE: u64 = 1 << 0;
+/// `UFFDIO_COPY_MODE_WP` and `UFFDIO_CONTINUE_MODE_WP`: map the pages write-protected.
+const MODE_WP: u64 = 1 << 1;
+
+fn fill_mode(wake: bool, wp: bool) -> u64 {
+    (if wake { 0 } else { MODE_DONTWAKE }) | (if wp { MODE_WP } else { 0 })
+}
 
 /// `struct uffdio_range`.
 #[repr(C)]
@@ -353,14 +361,21 @@ impl Userfaultfd {
     }
 
     /// `UFFDIO_COPY`: atomically fills the missing pages of registered `[dst, dst + src.len())`
-    /// with `src` and (unless `wake` is false) wakes the waiters. It only ever fills pages absent
-    /// from the page cache (else `EEXIST`), so it cannot change memory anyone can read.
-    pub fn copy(&self, dst: usize, src: &[u8], wake: bool) -> Result<usize, PartialError> {
+    /// with `src`, write-protected if `wp` (needs `MODE_WP`), and (unless `wake` is false) wakes
+    /// the waiters. It only ever fills pages absent from the page cache (else `EEXIST`), so it
+    /// cannot change memory anyone can read.
+    pub fn copy(
+        &self,
+        dst: usize,
+        src: &[u8],
+        wake: bool,
+        wp: bool,
+    ) -> Result<usize, PartialError> {
         let mut c = UffdioCopy {
             dst: dst as u64,
             src: src.as_ptr() as u64,
             len: src.len() as u64,
-            mode: if wake { 0 } else { MODE_DONTWAKE },
+            mode: fill_mode(wake, wp),
             copy: 0,
         };
         // SAFETY: valid fd; `c` is a valid `struct uffdio_copy`; the kernel reads `src` (a live
@@ -385,19 +400,21 @@ impl Userfaultfd {
     }
 
     /// `UFFDIO_CONTINUE`: maps the page-cache pages of registered `[start, start + len)`
-    /// (registered with `MODE_MINOR`) and wakes the waiters unless `wake` is false.
+    /// (registered with `MODE_MINOR`), write-protected if `wp` (needs `MODE_WP`), and wakes the
+    /// waiters unless `wake` is false.
     pub fn continue_range(
         &self,
         start: usize,
         len: usize,
         wake: bool,
+        wp: bool,
     ) -> Result<usize, PartialError> {
         let mut c = UffdioContinue {
             range: UffdioRange {
                 start: start as u64,
                 len: len as u64,
             },
-            mode: if wake { 0 } else { MODE_DONTWAKE },
+            mode: fill_mode(wake, wp),
             mapped: 0,
         };
         // SAFETY: valid fd and a valid `struct uffdio_continue`; the kernel validates the range.

@@ -196,6 +196,7 @@ fn stress_with(
         "{policy} {mode:?}: constant eviction expected: {s:?}"
     );
     assert_eq!(s.read_errors + s.poisoned_chunks, 0, "{s:?}");
+    assert_eq!(s.dirty_tracking_misses, 0, "{policy} {mode:?}: {s:?}");
     let errors = region.take_errors();
     if injecting {
         assert_eq!(errors.len() as u64, s.write_errors.min(256), "{s:?}");
@@ -377,4 +378,98 @@ fn randomized_multithreaded_with_failing_writes() {
             assert!(s.write_errors > 0, "{policy} {mode:?}: {s:?}");
         }
     }
+}
+
+/// With dirty tracking, chunks only read since their page-in are evicted without a write, and
+/// a single byte written after a page-in (or after a sampling pass) is never lost.
+#[test]
+fn dirty_tracking_skips_clean_chunks_and_catches_every_write() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let chunks = 8;
+    for mode in MODES {
+        for sample in [None, Some(Duration::from_millis(1))] {
+            let dir = tempfile::tempdir().unwrap();
+            let region = Region::new(
+                config(chunks * chunk, 2 * chunk, chunk, dir.path())
+                    .resolve(mode)
+                    .sample_interval(sample),
+            )
+            .unwrap();
+            assert!(region.dirty_tracking());
+            let mut buf = vec![0u8; chunk];
+            for c in 0..chunks {
+                pattern(c as u64, &mut buf);
+                write(&region, c * chunk, &buf);
+            }
+            let mut got = vec![0u8; chunk];
+            // Read passes: once the written chunks are out, evictions are clean.
+            let before = region.stats();
+            for _ in 0..2 {
+                for c in 0..chunks {
+                    pattern(c as u64, &mut buf);
+                    read(&region, c * chunk, &mut got);
+                    assert!(got == buf, "{mode:?}: chunk {c}");
+                }
+            }
+            let s = region.stats();
+            assert_eq!(
+                s.bytes_written,
+                before.bytes_written + 2 * chunk as u64,
+                "{s:?}"
+            );
+            assert!(s.clean_evictions >= 2 * chunks as u64 - 4, "{s:?}");
+            // One byte per chunk, at a different page each time, after the page-in (and, with
+            // sampling, possibly after the entries were dropped and rebuilt).
+            for round in 0..3u8 {
+                for c in 0..chunks {
+                    let at = c * chunk + (round as usize % 4) * ps + 17;
+                    read(&region, c * chunk, &mut got[..1]);
+                    if sample.is_some() {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    write(&region, at, &[0xF0 | round]);
+                }
+                for c in 0..chunks {
+                    for r in 0..=round {
+                        let at = c * chunk + (r as usize % 4) * ps + 17;
+                        read(&region, at, &mut got[..1]);
+                        assert_eq!(got[0], 0xF0 | r, "{mode:?} {sample:?}: chunk {c} round {r}");
+                    }
+                }
+            }
+            let s = region.stats();
+            assert_eq!(s.dirty_tracking_misses, 0, "{s:?}");
+            assert!(region.take_errors().is_empty());
+        }
+    }
+}
+
+#[test]
+fn without_dirty_tracking_every_eviction_writes() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region =
+        Region::new(config(6 * chunk, chunk, chunk, dir.path()).dirty_tracking(false)).unwrap();
+    assert!(!region.dirty_tracking());
+    for _ in 0..2 {
+        for c in 0..6 {
+            write(&region, c * chunk, &[1]);
+        }
+    }
+    let mut b = [0u8; 1];
+    for c in 0..6 {
+        read(&region, c * chunk, &mut b);
+        assert_eq!(b[0], 1);
+    }
+    let s = region.stats();
+    assert_eq!(s.clean_evictions, 0, "{s:?}");
+    assert_eq!(s.page_outs, 17, "{s:?}");
 }
