@@ -5,7 +5,10 @@
 //! [`SwapFile`]. A handler thread per region serves userfaultfd faults chunk by chunk: it evicts a
 //! victim chosen by a policy of `memvisor-policy` (chunk index = unit id), writes it to swap with
 //! `O_DIRECT` and a CRC32C, punches it out of the memfd, and fills the faulting chunk from swap (or
-//! with zeros) in one ioctl, which wakes every thread waiting in that chunk.
+//! with zeros) in one ioctl, which wakes every thread waiting in that chunk. Chunks are mapped
+//! write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which were written: clean chunks are
+//! evicted without a write. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the
+//! policy's reference bits. Design notes and measurements: the crate's README.
 //!
 //! ```no_run
 //! use memvisor_pager::{Region, RegionConfig};
