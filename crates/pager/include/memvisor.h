@@ -22,6 +22,7 @@ typedef struct memvisor_region_config {
     const char *policy;         /* e.g. "chunk-queues", "clock", "lru:..."; NULL = default */
     uint32_t resolve;           /* 0 = UFFDIO_COPY (default), 1 = alias + UFFDIO_CONTINUE */
     int64_t sample_interval_ms; /* access sampling period; < 0 = default (1000), 0 = off */
+    int32_t dirty_tracking;     /* < 0 = default (on), 0 = off, > 0 = on */
 } memvisor_region_config;
 
 typedef struct memvisor_region_stats {
@@ -37,6 +38,7 @@ typedef struct memvisor_region_stats {
     uint64_t page_outs;
     uint64_t bytes_read;
     uint64_t bytes_written;
+    uint64_t clean_evictions;   /* evicted without a write (dirty tracking) */
     uint64_t write_errors;
     uint64_t read_errors;
     uint64_t page_in_p50_nanos; /* upper bounds of log2 histogram buckets */

@@ -276,6 +276,13 @@ impl FaultHandler {
                     self.policy.mark_referenced(c as u64);
                     let (start, len) = self.chunk_range(c);
                     self.harvest_dirty(c, start, len);
+                    if self.dirty[c] && self.swap.is_stored(c) {
+                        // The swap copy is stale for good: give its blocks back now.
+                        match self.swap.punch(c) {
+                            Ok(()) => add(&self.stats().stale_punches, 1),
+                            Err(e) => self.memory_error("punch stale swap copy", start, len, e),
+                        }
+                    }
                     if let Err(e) = self.fill(start, len, Fill::Continue) {
                         self.memory_error("UFFDIO_CONTINUE", start, len, e);
                     }

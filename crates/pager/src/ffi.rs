@@ -28,6 +28,8 @@ pub struct MemvisorRegionConfig {
     pub resolve: u32,
     /// Access sampling period in ms: negative for the default, 0 to disable.
     pub sample_interval_ms: i64,
+    /// Dirty tracking: negative for the default (on), 0 off, positive on.
+    pub dirty_tracking: i32,
 }
 
 /// `memvisor_region_stats` in `memvisor.h` (all counters of [`RegionStats`](crate::RegionStats)).
@@ -58,6 +60,8 @@ pub struct MemvisorRegionStats {
     pub bytes_read: u64,
     #[allow(missing_docs)]
     pub bytes_written: u64,
+    #[allow(missing_docs)]
+    pub clean_evictions: u64,
     #[allow(missing_docs)]
     pub write_errors: u64,
     #[allow(missing_docs)]
@@ -119,6 +123,9 @@ unsafe fn config_from_c(cfg: &MemvisorRegionConfig) -> Result<RegionConfig, Stri
             (cfg.sample_interval_ms > 0)
                 .then(|| Duration::from_millis(cfg.sample_interval_ms as u64)),
         );
+    }
+    if cfg.dirty_tracking >= 0 {
+        c = c.dirty_tracking(cfg.dirty_tracking > 0);
     }
     Ok(c)
 }
@@ -206,6 +213,7 @@ pub unsafe extern "C" fn memvisor_region_get_stats(
         page_outs: s.page_outs,
         bytes_read: s.bytes_read,
         bytes_written: s.bytes_written,
+        clean_evictions: s.clean_evictions,
         write_errors: s.write_errors,
         read_errors: s.read_errors,
         page_in_p50_nanos: s.page_in_p50_nanos,

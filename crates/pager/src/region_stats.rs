@@ -35,6 +35,9 @@ pub struct RegionStats {
     /// Evicted chunks unchanged since they were read from swap (or zero-filled): dropped
     /// without a write, thanks to dirty tracking.
     pub clean_evictions: u64,
+    /// Swap copies of resident chunks punched because the chunk was found written (at the
+    /// minor fault following an access sample).
+    pub stale_punches: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -94,6 +97,7 @@ pub(crate) struct StatsCounters {
     pub zero_page_outs: AtomicU64,
     pub clean_evictions: AtomicU64,
     pub dirty_tracking_misses: AtomicU64,
+    pub stale_punches: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -189,6 +193,7 @@ impl StatsCounters {
             zero_page_outs: g(&self.zero_page_outs),
             clean_evictions: g(&self.clean_evictions),
             dirty_tracking_misses: g(&self.dirty_tracking_misses),
+            stale_punches: g(&self.stale_punches),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

@@ -29,6 +29,7 @@ fn c_api_from_rust() {
         policy: std::ptr::null(),
         resolve: 7,
         sample_interval_ms: -1,
+        dirty_tracking: -1,
     };
     // SAFETY: valid config and error buffer.
     let r = unsafe { memvisor_region_new(&cfg, err.as_mut_ptr(), err.len()) };
