@@ -21,9 +21,9 @@ pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResolveMode {
     /// Read swap data into a bounce buffer and `UFFDIO_COPY` the whole chunk (zero chunks:
-    /// `UFFDIO_ZEROPAGE`). The default: on the development VM it was as fast or slightly faster
-    /// than [`AliasContinue`](Self::AliasContinue) with 1 MiB chunks (read passes about 9 vs
-    /// 11 us per page with swap on tmpfs, 12 vs 12-15 on disk; see the crate README).
+    /// `UFFDIO_ZEROPAGE`). The default: on the development VM it was faster than
+    /// [`AliasContinue`](Self::AliasContinue) at every chunk size (1 MiB read passes: 4.8 vs
+    /// 6.0 us per page with swap on tmpfs, 8.6 vs 10.6 on disk; see the crate README).
     #[default]
     Copy,
     /// Read swap data into a second, unregistered mapping of the memfd (populated first with
@@ -66,9 +66,9 @@ pub struct RegionConfig {
     /// so CLOCK, LRU and chunk queues degrade to FIFO order. Default: [`DEFAULT_SAMPLE_INTERVAL`].
     ///
     /// Cost measured on the development VM (64 MiB resident, every chunk touched between
-    /// samples): one sample drops the page tables of the resident set in 3.5–11 ms, and each
-    /// chunk touched afterwards costs a minor fault of 0.3–0.4 ms (1 MiB chunks), i.e. a few
-    /// percent at 1 s, about a third at 100 ms, and 20x at 10 ms.
+    /// samples): one sample drops the page tables of the resident set in 4–7 ms, and each chunk
+    /// touched afterwards costs a minor fault of 0.2–0.4 ms (1 MiB chunks): read passes slow
+    /// down 1.02x at 1 s, 1.16x at 100 ms, 15x at 10 ms.
     pub sample_interval: Option<Duration>,
     /// Track written pages (userfaultfd `WP_ASYNC` + `PAGEMAP_SCAN`) so chunks unchanged since
     /// they were read from swap are evicted without a write. Default on; silently off if the
