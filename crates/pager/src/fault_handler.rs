@@ -276,6 +276,15 @@ impl FaultHandler {
                     self.policy.mark_referenced(c as u64);
                     let (start, len) = self.chunk_range(c);
                     self.harvest_dirty(c, start, len);
+                    // A stale message (another thread's fault on the chunk, already mapped
+                    // again): the faulting page is mapped, so only wake.
+                    let wp = self.pagemap.is_some();
+                    if let Err(e) = self.uffd.continue_range(page_addr, self.page, false, wp) {
+                        if e.error.raw_os_error() == Some(libc::EEXIST) {
+                            let _ = self.uffd.wake(page_addr, self.page);
+                            return;
+                        }
+                    }
                     if self.dirty[c] && self.swap.is_stored(c) {
                         // The swap copy is stale for good: give its blocks back now.
                         match self.swap.punch(c) {
@@ -320,6 +329,16 @@ impl FaultHandler {
     }
 
     fn evict_or_overrun(&mut self, v: usize) {
+        if self.states.get(v) != Some(&ChunkState::In) {
+            // The policy named a chunk that is not in memory: nothing to write or free.
+            self.memory_error(
+                "evict",
+                v.saturating_mul(self.chunk_size),
+                self.chunk_size,
+                io::Error::other("policy victim is not resident"),
+            );
+            return;
+        }
         if self.page_out(v).is_err() {
             self.overrun.push(v);
             add(&self.stats().overrun_chunks, 1);
@@ -470,8 +489,16 @@ impl FaultHandler {
                 let _ = self.uffd.wake(self.base + start, len);
                 if let Some(declined) = self.policy.admit(c as u64) {
                     // Only a policy with admission control returns a victim here (room was
-                    // made): page it out now, or keep it as overrun.
-                    self.evict_or_overrun(declined as usize);
+                    // made). Declining `c` itself: keep it resident outside the policy (as
+                    // overrun, paged out first at the next page-in) rather than take it away
+                    // from the thread that is about to use it.
+                    let d = declined as usize;
+                    if d == c {
+                        self.overrun.push(d);
+                        add(&self.stats().overrun_chunks, 1);
+                    } else {
+                        self.evict_or_overrun(d);
+                    }
                 }
             }
             Err(PageInError::Read(e)) => self.fail_chunk(c, start, len, e),
