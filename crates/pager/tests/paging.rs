@@ -99,6 +99,14 @@ fn stress_sampled(
     stress_with(policy, mode, chunk_pages, budget_chunks, sample, None)
 }
 
+/// Operations per thread in the randomized tests (`MEMVISOR_PAGER_STRESS_OPS` overrides).
+fn ops_per_thread() -> usize {
+    std::env::var("MEMVISOR_PAGER_STRESS_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500)
+}
+
 fn stress_with(
     policy: PolicySpec,
     mode: ResolveMode,
@@ -143,7 +151,7 @@ fn stress_with(
             std::thread::spawn(move || {
                 let mut rng = Rng::new(t + 1);
                 let mut buf = vec![0u8; ps];
-                for i in 0..1500 {
+                for i in 0..ops_per_thread() {
                     // Mostly a hot set of 3 chunks, sometimes anywhere.
                     let p = if rng.below(4) == 0 {
                         rng.below(pages)
@@ -510,4 +518,30 @@ fn stale_swap_copies_are_punched_after_a_sample_sees_a_write() {
     read(&region, 5, &mut b);
     assert_eq!(b[0], 42);
     assert_eq!(region.stats().dirty_tracking_misses, 0);
+}
+
+/// A longer run of the randomized workload (sampling every millisecond, dirty tracking, a few
+/// policies, both modes): `MEMVISOR_PAGER_STRESS_OPS=100000 cargo test --release -p
+/// memvisor-pager --test paging -- --ignored`.
+#[test]
+#[ignore = "long; run explicitly"]
+fn long_randomized_stress() {
+    if !supported() {
+        return;
+    }
+    for policy in ["chunk-queues", "clock", "arc", "s3-fifo"] {
+        for mode in MODES {
+            let s = stress_sampled(
+                policy.parse().unwrap(),
+                mode,
+                16,
+                3,
+                Some(Duration::from_millis(1)),
+            );
+            eprintln!(
+                "{policy} {mode:?}: {} page-ins, {} page-outs, {} clean evictions, {} minor faults",
+                s.page_ins, s.page_outs, s.clean_evictions, s.minor_faults
+            );
+        }
+    }
 }
