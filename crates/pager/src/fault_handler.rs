@@ -1,0 +1,694 @@
+//! [`FaultHandler`]: the thread that serves a region's userfaultfd.
+//!
+//! It owns everything mutable about the region: the policy, the per-chunk state, the swap file,
+//! the memfd and its unregistered alias mapping. Being the only actor, it needs no locks; other
+//! threads see it through [`HandlerShared`] (statistics, errors, the stop signal).
+//!
+//! Page-out of chunk `v`: `MADV_DONTNEED` on the registered mapping (any access now raises a
+//! minor fault and waits for this thread), write the data from the alias mapping to swap, then
+//! punch `v` out of the memfd (the next access raises a missing fault). A failed write leaves
+//! `v` resident: its page-table entries come back on the next minor fault.
+//!
+//! Page-in of chunk `c`: make room, then read `c` from swap (or zero it) and map the whole chunk
+//! at once, which wakes every thread waiting anywhere in it. A failed read or checksum poisons
+//! the chunk (`UFFDIO_POISON`): its accessors get SIGBUS, never garbage.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memvisor_policy::EvictionPolicy;
+
+use crate::crc32c::crc32c;
+use crate::memfd::{page_size, Mapping, Memfd};
+use crate::pagemap::Pagemap;
+use crate::pager_error::PagerError;
+use crate::region_config::ResolveMode;
+use crate::region_stats::{add, sub, StatsCounters};
+use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
+use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
+
+/// How many recorded errors are kept (older ones are dropped, their count kept).
+const MAX_ERRORS: usize = 256;
+
+/// State shared between a region and its handler thread.
+#[derive(Debug)]
+pub(crate) struct HandlerShared {
+    pub name: String,
+    pub stats: StatsCounters,
+    pub errors: Mutex<VecDeque<PagerError>>,
+    pub log_errors: bool,
+    /// An eventfd; writing to it stops the handler.
+    pub stop: OwnedFd,
+}
+
+impl HandlerShared {
+    fn record(&self, e: PagerError) {
+        if self.log_errors {
+            eprintln!("memvisor-pager: {e}");
+        }
+        if let Ok(mut q) = self.errors.lock() {
+            if q.len() == MAX_ERRORS {
+                q.pop_front();
+            }
+            q.push_back(e);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// Not in memory: in swap if the swap file stores it, else zero.
+    Out,
+    /// In memory.
+    In,
+    /// Page-in failed; poisoned.
+    Poisoned,
+}
+
+/// The fault-serving state of one region; [`run`](Self::run) is the thread body.
+pub(crate) struct FaultHandler {
+    pub shared: Arc<HandlerShared>,
+    pub uffd: Userfaultfd,
+    pub memfd: Memfd,
+    /// Start address of the registered mapping (owned by the region, outlives this thread).
+    pub base: usize,
+    /// Page-rounded length of the region.
+    pub len: usize,
+    pub chunk_size: usize,
+    /// Unregistered second mapping of the memfd.
+    pub alias: Mapping,
+    pub swap: SwapFile,
+    pub policy: Box<dyn EvictionPolicy>,
+    pub resolve: ResolveMode,
+    /// Bounce buffer for `ResolveMode::Copy` (one chunk, page-aligned).
+    pub bounce: Option<Mapping>,
+    /// Access sampling period (see [`sample`](Self::sample)); `None` disables sampling.
+    pub sample_interval: Option<Duration>,
+    /// Dirty tracking: pages are mapped write-protected (`WP_ASYNC`) and `PAGEMAP_SCAN` tells
+    /// which were written; `None` without tracking (every eviction writes).
+    pub pagemap: Option<Pagemap>,
+    /// Sticky per-chunk dirty bits, harvested from the page tables before they are rebuilt.
+    dirty: Vec<bool>,
+    states: Vec<ChunkState>,
+    /// Resident chunks the policy no longer tracks because their page-out failed.
+    overrun: Vec<usize>,
+    page: usize,
+    uffd_error_logged: bool,
+}
+
+impl FaultHandler {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        shared: Arc<HandlerShared>,
+        uffd: Userfaultfd,
+        memfd: Memfd,
+        base: usize,
+        len: usize,
+        chunk_size: usize,
+        alias: Mapping,
+        swap: SwapFile,
+        policy: Box<dyn EvictionPolicy>,
+        resolve: ResolveMode,
+        bounce: Option<Mapping>,
+    ) -> Self {
+        let chunks = len.div_ceil(chunk_size);
+        Self {
+            shared,
+            uffd,
+            memfd,
+            base,
+            len,
+            chunk_size,
+            alias,
+            swap,
+            policy,
+            resolve,
+            bounce,
+            sample_interval: None,
+            pagemap: None,
+            dirty: vec![false; chunks],
+            states: vec![ChunkState::Out; chunks],
+            overrun: Vec::new(),
+            page: page_size(),
+            uffd_error_logged: false,
+        }
+    }
+
+    /// Serves faults until the stop eventfd is written or the userfaultfd fails.
+    pub fn run(mut self) {
+        let mut msgs = [UffdMsg::default(); 64];
+        let mut next_sample = self.sample_interval.map(|i| Instant::now() + i);
+        loop {
+            let timeout = match next_sample {
+                None => -1,
+                Some(at) => {
+                    let now = Instant::now();
+                    if now >= at {
+                        self.sample();
+                        let i = self.sample_interval.unwrap_or(Duration::from_secs(1));
+                        next_sample = Some(now + i);
+                        i.as_millis().min(i32::MAX as u128) as i32
+                    } else {
+                        ((at - now).as_millis() as i32).max(1)
+                    }
+                }
+            };
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.uffd_raw(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.shared.stop.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a live array of two pollfds; poll writes only their `revents`.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.transient_error("poll userfaultfd", e);
+                }
+                continue;
+            }
+            if fds[1].revents != 0 {
+                return;
+            }
+            if fds[0].revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                let e = io::Error::other(format!("revents {:#x}", fds[0].revents));
+                self.transient_error("poll userfaultfd", e);
+                continue;
+            }
+            let n = match self.uffd.read_messages(&mut msgs) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.transient_error("read userfaultfd", e);
+                    continue;
+                }
+            };
+            for m in &msgs[..n] {
+                if let Some(ev) = m.pagefault() {
+                    self.on_fault(ev);
+                }
+            }
+        }
+    }
+
+    /// An error of the userfaultfd itself. The handler never gives up while the region lives
+    /// (exiting would close the userfaultfd, and the kernel would then zero-fill swapped-out
+    /// chunks behind the program's back): it records the first such error and retries slowly.
+    fn transient_error(&mut self, op: &'static str, e: io::Error) {
+        if !self.uffd_error_logged {
+            self.uffd_error_logged = true;
+            self.memory_error(op, 0, self.len, e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    /// One access sample: the policy reads and clears its reference bits, then every chunk it
+    /// tracks loses its page-table entries, so its next access raises a minor fault that maps
+    /// the chunk again and sets its reference bit.
+    fn sample(&mut self) {
+        let t = Instant::now();
+        self.policy.on_sample();
+        for c in 0..self.states.len() {
+            if self.states[c] == ChunkState::In && self.policy.contains(c as u64) {
+                let (start, len) = self.chunk_range(c);
+                if let Err(e) = self.registered_dontneed(start, len) {
+                    self.memory_error("MADV_DONTNEED (sampling)", start, len, e);
+                }
+            }
+        }
+        add(&self.stats().samples, 1);
+        add(&self.stats().sample_nanos, nanos(t));
+    }
+
+    fn uffd_raw(&self) -> i32 {
+        use std::os::fd::AsFd;
+        self.uffd.as_fd().as_raw_fd()
+    }
+
+    fn stats(&self) -> &StatsCounters {
+        &self.shared.stats
+    }
+
+    fn chunk_range(&self, c: usize) -> (usize, usize) {
+        let start = c * self.chunk_size;
+        (start, self.chunk_size.min(self.len - start))
+    }
+
+    fn memory_error(&self, op: &'static str, offset: usize, len: usize, source: io::Error) {
+        self.shared.record(PagerError::Memory {
+            region: self.shared.name.clone(),
+            op,
+            offset,
+            len,
+            source,
+        });
+    }
+
+    fn on_fault(&mut self, ev: FaultEvent) {
+        match ev.kind {
+            FaultKind::Minor => add(&self.stats().minor_faults, 1),
+            _ => add(&self.stats().missing_faults, 1),
+        }
+        let page_addr = ev.address & !(self.page - 1);
+        let Some(offset) = page_addr.checked_sub(self.base).filter(|&o| o < self.len) else {
+            // Not ours (cannot happen: only the region is registered); do not leave it hanging.
+            let _ = self.uffd.wake(page_addr, self.page);
+            return;
+        };
+        let c = offset / self.chunk_size;
+        match self.states[c] {
+            ChunkState::In => {
+                add(&self.stats().resident_faults, 1);
+                if ev.kind == FaultKind::Minor {
+                    // Page-table entries were dropped (page-out attempt or sampling): map the
+                    // whole chunk again, after saving its written state (mapping it
+                    // write-protected clears that state).
+                    self.policy.mark_referenced(c as u64);
+                    let (start, len) = self.chunk_range(c);
+                    self.harvest_dirty(c, start, len);
+                    // A stale message (another thread's fault on the chunk, already mapped
+                    // again): the faulting page is mapped, so only wake.
+                    let wp = self.pagemap.is_some();
+                    if let Err(e) = self.uffd.continue_range(page_addr, self.page, false, wp) {
+                        if e.error.raw_os_error() == Some(libc::EEXIST) {
+                            let _ = self.uffd.wake(page_addr, self.page);
+                            return;
+                        }
+                    }
+                    if self.dirty[c] && self.swap.is_stored(c) {
+                        // The swap copy is stale for good: give its blocks back now.
+                        match self.swap.punch(c) {
+                            Ok(()) => add(&self.stats().stale_punches, 1),
+                            Err(e) => self.memory_error("punch stale swap copy", start, len, e),
+                        }
+                    }
+                    if let Err(e) = self.fill(start, len, Fill::Continue) {
+                        self.memory_error("UFFDIO_CONTINUE", start, len, e);
+                    }
+                }
+                // A concurrent fault already served by the page-in that woke it: wake is a
+                // harmless no-op then, and needed if it raced past the range wake.
+                let _ = self.uffd.wake(page_addr, self.page);
+            }
+            ChunkState::Poisoned => {
+                let (start, len) = self.chunk_range(c);
+                self.poison(start, len);
+            }
+            ChunkState::Out => {
+                let t = Instant::now();
+                self.page_in(c);
+                self.stats().record_page_in(nanos(t));
+            }
+        }
+    }
+
+    /// Frees room for one more chunk: retries one overrun chunk, then evicts a policy victim if
+    /// the policy is full.
+    fn make_room(&mut self) {
+        if let Some(&o) = self.overrun.last() {
+            if self.page_out(o).is_ok() {
+                self.overrun.pop();
+                sub(&self.stats().overrun_chunks, 1);
+            }
+        }
+        if self.policy.len() >= self.policy.capacity() {
+            if let Some(v) = self.policy.evict() {
+                self.evict_or_overrun(v as usize);
+            }
+        }
+    }
+
+    fn evict_or_overrun(&mut self, v: usize) {
+        if self.states.get(v) != Some(&ChunkState::In) {
+            // The policy named a chunk that is not in memory: nothing to write or free.
+            self.memory_error(
+                "evict",
+                v.saturating_mul(self.chunk_size),
+                self.chunk_size,
+                io::Error::other("policy victim is not resident"),
+            );
+            return;
+        }
+        if self.page_out(v).is_err() {
+            self.overrun.push(v);
+            add(&self.stats().overrun_chunks, 1);
+        }
+    }
+
+    /// Writes resident chunk `v` to swap and drops it from memory. On failure `v` stays
+    /// resident (its data intact in the memfd) and the error is recorded.
+    fn page_out(&mut self, v: usize) -> Result<(), ()> {
+        let (start, len) = self.chunk_range(v);
+        if let Err(e) = self.registered_dontneed(start, len) {
+            self.memory_error("MADV_DONTNEED", start, len, e);
+            return Err(());
+        }
+        // The entries are gone, so nobody writes the chunk now: its written state is final.
+        self.harvest_dirty(v, start, len);
+        // Map the alias pages in one call rather than faulting on each while reading them.
+        let _ = self.alias.populate_read(start, len);
+        // SAFETY: the alias mapping covers the whole region, so `[start, start + len)` is inside
+        // it. Nobody else writes these pages now: the registered mapping's entries were just
+        // dropped, so program accesses fault and wait for this (the only handler) thread.
+        let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        if !self.dirty[v] && self.is_clean(v, data) {
+            return self.drop_chunk(v, start, len);
+        }
+        let t = Instant::now();
+        let written = self.swap.write_chunk(v, data);
+        add(&self.stats().swap_write_nanos, nanos(t));
+        match written {
+            Ok(WriteOutcome::Written) => {
+                add(&self.stats().page_outs, 1);
+                add(&self.stats().bytes_written, len as u64);
+            }
+            Ok(WriteOutcome::Zero) => add(&self.stats().zero_page_outs, 1),
+            Err(source) => {
+                add(&self.stats().write_errors, 1);
+                self.shared.record(PagerError::SwapWrite {
+                    region: self.shared.name.clone(),
+                    chunk: v as u64,
+                    offset: start as u64,
+                    path: self.swap.path().to_path_buf(),
+                    source,
+                });
+                return Err(());
+            }
+        }
+        // Swap now holds exactly the memory's content.
+        self.dirty[v] = false;
+        self.drop_chunk(v, start, len)
+    }
+
+    /// Whether chunk `v`, which dirty tracking reports unwritten since it was mapped, really
+    /// needs no write: its swap copy (or, if none, all zeros) matches `data`. The checksum
+    /// comparison is a safety net: a mismatch means tracking missed a write, which is counted
+    /// and answered with a normal write.
+    fn is_clean(&self, v: usize, data: &[u8]) -> bool {
+        if self.pagemap.is_none() {
+            return false;
+        }
+        let clean = match self.swap.stored_crc(v) {
+            Some(crc) => crc32c(data) == crc,
+            None => is_zero(data),
+        };
+        if clean {
+            if self.swap.is_stored(v) {
+                add(&self.stats().clean_evictions, 1);
+            } else {
+                add(&self.stats().zero_page_outs, 1);
+            }
+        } else {
+            add(&self.stats().dirty_tracking_misses, 1);
+        }
+        clean
+    }
+
+    /// Sets chunk `c`'s sticky dirty bit if any of its pages was written since it was last
+    /// mapped write-protected. Without tracking, or if the scan fails, the chunk counts as dirty.
+    fn harvest_dirty(&mut self, c: usize, start: usize, len: usize) {
+        let written = match &self.pagemap {
+            None => true,
+            Some(p) => match p.any_written(self.base + start, len) {
+                Ok(w) => w,
+                Err(e) => {
+                    self.memory_error("PAGEMAP_SCAN", start, len, e);
+                    true
+                }
+            },
+        };
+        self.dirty[c] |= written;
+    }
+
+    /// Punches chunk `v` (saved or clean) out of the memfd and marks it out.
+    fn drop_chunk(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
+        if let Err(e) = self.memfd.punch_hole(start, len) {
+            // The data is in swap (or clean) and still in memory: keep it resident.
+            self.memory_error("punch memfd", start, len, e);
+            return Err(());
+        }
+        self.states[v] = ChunkState::Out;
+        self.dirty[v] = false;
+        sub(&self.stats().resident_chunks, 1);
+        if self.swap.is_stored(v) {
+            add(&self.stats().swapped_chunks, 1);
+        }
+        Ok(())
+    }
+
+    fn registered_dontneed(&self, start: usize, len: usize) -> io::Result<()> {
+        // SAFETY: `[base + start, base + start + len)` lies inside the registered mapping, which
+        // the region keeps alive until this thread has been joined. MADV_DONTNEED on a shared
+        // file mapping drops page-table entries only; the data stays in the memfd.
+        let r = unsafe {
+            libc::madvise(
+                (self.base + start) as *mut libc::c_void,
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn page_in(&mut self, c: usize) {
+        let t = Instant::now();
+        self.make_room();
+        add(&self.stats().evict_nanos, nanos(t));
+        let (start, len) = self.chunk_range(c);
+        let stored = self.swap.is_stored(c);
+        let result = match self.resolve {
+            ResolveMode::AliasContinue => self.page_in_alias(c, start, len, stored),
+            ResolveMode::Copy => self.page_in_copy(c, start, len, stored),
+        };
+        match result {
+            Ok(()) => {
+                if stored {
+                    add(&self.stats().page_ins, 1);
+                    add(&self.stats().bytes_read, len as u64);
+                    sub(&self.stats().swapped_chunks, 1);
+                } else {
+                    add(&self.stats().zero_fills, 1);
+                }
+                self.states[c] = ChunkState::In;
+                self.dirty[c] = false;
+                add(&self.stats().resident_chunks, 1);
+                // Counters first, then the wake: a woken thread sees consistent statistics.
+                let _ = self.uffd.wake(self.base + start, len);
+                if let Some(declined) = self.policy.admit(c as u64) {
+                    // Only a policy with admission control returns a victim here (room was
+                    // made). Declining `c` itself: keep it resident outside the policy (as
+                    // overrun, paged out first at the next page-in) rather than take it away
+                    // from the thread that is about to use it.
+                    let d = declined as usize;
+                    if d == c {
+                        self.overrun.push(d);
+                        add(&self.stats().overrun_chunks, 1);
+                    } else {
+                        self.evict_or_overrun(d);
+                    }
+                }
+            }
+            Err(PageInError::Read(e)) => self.fail_chunk(c, start, len, e),
+            Err(PageInError::Map(e)) => {
+                self.memory_error("map chunk", start, len, e);
+                // Never leave threads waiting on a range we could not fill.
+                let _ = self.memfd.punch_hole(start, len);
+                if stored {
+                    sub(&self.stats().swapped_chunks, 1);
+                }
+                self.states[c] = ChunkState::Poisoned;
+                add(&self.stats().poisoned_chunks, 1);
+                self.poison(start, len);
+            }
+        }
+    }
+
+    fn page_in_alias(
+        &mut self,
+        c: usize,
+        start: usize,
+        len: usize,
+        stored: bool,
+    ) -> Result<(), PageInError> {
+        if stored {
+            // Allocate and map the chunk's pages in one call, so the read below does not fault
+            // them in one by one.
+            self.alias
+                .populate_write(start, len)
+                .map_err(PageInError::Map)?;
+            // SAFETY: the alias mapping covers `[start, start + len)`. The chunk is out of
+            // memory, so the registered mapping has no entries there: program accesses fault and
+            // wait for this thread, and no other reference to these bytes exists.
+            let buf =
+                unsafe { std::slice::from_raw_parts_mut(self.alias.as_ptr().add(start), len) };
+            let t = Instant::now();
+            let r = self.swap.read_chunk(c, buf);
+            add(&self.stats().swap_read_nanos, nanos(t));
+            r.map_err(PageInError::Read)?;
+        } else {
+            self.memfd.allocate(start, len).map_err(PageInError::Map)?;
+        }
+        self.fill_wake(start, len, Fill::Continue, false)
+            .map_err(PageInError::Map)
+    }
+
+    fn page_in_copy(
+        &mut self,
+        c: usize,
+        start: usize,
+        len: usize,
+        stored: bool,
+    ) -> Result<(), PageInError> {
+        if !stored {
+            return self
+                .fill_wake(start, len, Fill::Zero, false)
+                .map_err(PageInError::Map);
+        }
+        let Some(bounce) = self.bounce.take() else {
+            return Err(PageInError::Map(io::Error::other("no bounce buffer")));
+        };
+        // SAFETY: the bounce buffer is a private mapping of one chunk owned by this handler.
+        let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), len) };
+        let t = Instant::now();
+        let read = self.swap.read_chunk(c, buf);
+        add(&self.stats().swap_read_nanos, nanos(t));
+        let r = match read {
+            Ok(_) => self
+                .fill_wake(start, len, Fill::Copy(buf), false)
+                .map_err(PageInError::Map),
+            Err(e) => Err(PageInError::Read(e)),
+        };
+        self.bounce = Some(bounce);
+        r
+    }
+
+    /// Maps `[start, start + len)` of the registered mapping and wakes its waiters, skipping
+    /// pages that are already mapped (`EEXIST`) and retrying after `EAGAIN`.
+    fn fill(&self, start: usize, len: usize, how: Fill<'_>) -> io::Result<()> {
+        self.fill_wake(start, len, how, true)
+    }
+
+    /// [`fill`](Self::fill), waking the waiters only if `wake`.
+    fn fill_wake(&self, start: usize, len: usize, how: Fill<'_>, wake: bool) -> io::Result<()> {
+        let mut done = 0;
+        let mut again = 0;
+        let wp = self.pagemap.is_some();
+        while done < len {
+            let dst = self.base + start + done;
+            let rest = len - done;
+            let r = match how {
+                Fill::Continue => self.uffd.continue_range(dst, rest, wake, wp),
+                // No write-protect mode for zero pages: such chunks read as written, and their
+                // eviction finds them zero without I/O.
+                Fill::Zero => self.uffd.zeropage(dst, rest, wake),
+                Fill::Copy(src) => self.uffd.copy(dst, &src[done..], wake, wp),
+            };
+            match r {
+                Ok(n) if n >= rest || n == 0 => return Ok(()),
+                Ok(n) => done += n,
+                Err(PartialError { done: n, error }) => match error.raw_os_error() {
+                    Some(libc::EEXIST) => {
+                        // The page at `done + n` is mapped already (a racing fault on a page
+                        // that was never dropped): skip it.
+                        done += n - n % self.page + self.page;
+                        let _ = self.uffd.wake(dst, n + self.page);
+                    }
+                    Some(libc::EAGAIN) if again < 100 => {
+                        again += 1;
+                        done += n - n % self.page;
+                    }
+                    _ => return Err(error),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives up on chunk `c` after a failed read: records the error and poisons the chunk.
+    fn fail_chunk(&mut self, c: usize, start: usize, len: usize, e: ReadError) {
+        add(&self.stats().read_errors, 1);
+        let region = self.shared.name.clone();
+        let path = self.swap.path().to_path_buf();
+        let err = match e {
+            ReadError::Io(source) => PagerError::SwapRead {
+                region,
+                chunk: c as u64,
+                offset: start as u64,
+                path,
+                source,
+            },
+            ReadError::Checksum { expected, actual } => PagerError::Checksum {
+                region,
+                chunk: c as u64,
+                offset: start as u64,
+                path,
+                expected,
+                actual,
+            },
+        };
+        self.shared.record(err);
+        // Drop whatever a partial read left in the memfd; it must never be mapped.
+        if let Err(e) = self.memfd.punch_hole(start, len) {
+            self.memory_error("punch memfd", start, len, e);
+        }
+        sub(&self.stats().swapped_chunks, 1);
+        self.states[c] = ChunkState::Poisoned;
+        add(&self.stats().poisoned_chunks, 1);
+        self.poison(start, len);
+    }
+
+    /// Installs poison markers over `[start, start + len)` (skipping mapped pages) and wakes
+    /// the waiters, who then get SIGBUS.
+    fn poison(&self, start: usize, len: usize) {
+        let mut done = 0;
+        while done < len {
+            let dst = self.base + start + done;
+            match self.uffd.poison(dst, len - done) {
+                Ok(_) => break,
+                Err(PartialError { done: n, error }) => {
+                    if error.raw_os_error() == Some(libc::EEXIST)
+                        || error.raw_os_error() == Some(libc::EAGAIN)
+                    {
+                        done += n - n % self.page + self.page;
+                    } else {
+                        self.memory_error("UFFDIO_POISON", start + done, len - done, error);
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.uffd.wake(self.base + start, len);
+    }
+}
+
+/// Nanoseconds since `t`.
+fn nanos(t: Instant) -> u64 {
+    t.elapsed().as_nanos().min(u64::MAX as u128) as u64
+}
+
+#[derive(Clone, Copy)]
+enum Fill<'a> {
+    Continue,
+    Zero,
+    Copy(&'a [u8]),
+}
+
+enum PageInError {
+    /// Reading the chunk failed: poison it.
+    Read(ReadError),
+    /// Mapping it failed.
+    Map(io::Error),
+}

@@ -1,0 +1,54 @@
+//! Private virtual memory for memvisor: a userfaultfd pager.
+//!
+//! A [`Region`] is `size` bytes of memory backed by a memfd, of which at most `budget` bytes
+//! (whole chunks, 1 MiB by default) are resident; the rest lives in a private sparse
+//! [`SwapFile`]. A handler thread per region serves userfaultfd faults chunk by chunk: it evicts a
+//! victim chosen by a policy of `memvisor-policy` (chunk index = unit id), writes it to swap with
+//! `O_DIRECT` and a CRC32C, punches it out of the memfd, and fills the faulting chunk from swap (or
+//! with zeros) in one ioctl, which wakes every thread waiting in that chunk. Chunks are mapped
+//! write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which were written: clean chunks are
+//! evicted without a write. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the
+//! policy's reference bits. Design notes and measurements: the crate's README.
+//!
+//! ```no_run
+//! use memvisor_pager::{Region, RegionConfig};
+//! let region = Region::new(RegionConfig::new(64 << 20, 16 << 20, "/var/tmp"))?;
+//! // SAFETY: the region is 64 MiB and outlives this use.
+//! unsafe { region.as_ptr().add(12345).write(7) };
+//! println!("{:?}", region.stats());
+//! # Ok::<(), memvisor_pager::PagerError>(())
+//! ```
+//!
+//! Failure semantics: a failed swap write keeps the chunk resident (budget overrun, counted in
+//! [`RegionStats::overrun_chunks`], error recorded); a failed swap read or a checksum mismatch
+//! poisons the chunk with `UFFDIO_POISON`, so accessors get `SIGBUS` and never wrong data. Errors
+//! name the region, chunk, offset and swap path; see [`Region::take_errors`].
+//!
+//! Building blocks usable on their own: [`Userfaultfd`] (safe ioctl wrappers), [`Memfd`] and
+//! [`Mapping`], [`SwapFile`], [`crc32c()`](crc32c::crc32c). C callers use [`ffi`] through
+//! `include/memvisor.h`.
+
+pub mod crc32c;
+mod fault_handler;
+mod fault_injector;
+pub mod ffi;
+mod memfd;
+mod pagemap;
+mod pager_error;
+mod region;
+mod region_config;
+mod region_stats;
+mod swap_file;
+pub mod userfaultfd;
+
+pub use fault_injector::FaultInjector;
+pub use memfd::{page_size, Mapping, Memfd};
+pub use pagemap::Pagemap;
+pub use pager_error::PagerError;
+pub use region::Region;
+pub use region_config::{
+    RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_POLICY, DEFAULT_SAMPLE_INTERVAL,
+};
+pub use region_stats::RegionStats;
+pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};
+pub use userfaultfd::{FaultEvent, FaultKind, RegisterMode, Userfaultfd};

@@ -1,0 +1,304 @@
+//! [`Region`]: memory of a fixed size paged by userfaultfd within a fixed resident budget.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::fault_handler::{FaultHandler, HandlerShared};
+use crate::memfd::{page_size, Mapping, Memfd};
+use crate::pagemap::Pagemap;
+use crate::pager_error::PagerError;
+use crate::region_config::{RegionConfig, ResolveMode};
+use crate::region_stats::RegionStats;
+use crate::swap_file::SwapFile;
+use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
+
+static REGION_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// userfaultfd features a region needs.
+const NEEDED_FEATURES: u64 = features::MISSING_SHMEM | features::MINOR_SHMEM | features::POISON;
+/// userfaultfd features dirty tracking needs on top.
+const DIRTY_FEATURES: u64 =
+    features::WP_ASYNC | features::WP_HUGETLBFS_SHMEM | features::WP_UNPOPULATED;
+
+/// A region of memory backed by a memfd, of which at most a budget of chunks is resident; the
+/// rest lives in a private swap file.
+///
+/// The memory at [`as_ptr`](Self::as_ptr) is usable by every thread of the process for as long
+/// as the region lives. Faults are served by one handler thread per region. Dropping the region
+/// stops the handler, unmaps the memory and closes (and so deletes) the swap file; the caller
+/// must make sure no thread still uses the memory then.
+#[derive(Debug)]
+pub struct Region {
+    shared: Arc<HandlerShared>,
+    handler: Option<JoinHandle<()>>,
+    mapping: Mapping,
+    size: usize,
+    chunk_size: usize,
+    budget_chunks: usize,
+    resolve: ResolveMode,
+    swap_direct: bool,
+    swap_path: PathBuf,
+    dirty_tracking: bool,
+    /// A second descriptor of the memfd, for [`memory_bytes`](Self::memory_bytes).
+    memfd_fd: OwnedFd,
+}
+
+impl Region {
+    /// Whether this process can create regions (userfaultfd with the needed features).
+    pub fn check_supported() -> Result<(), PagerError> {
+        let f = Userfaultfd::available_features().map_err(PagerError::Unavailable)?;
+        if f & NEEDED_FEATURES != NEEDED_FEATURES {
+            return Err(PagerError::Unavailable(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("features {f:#x} lack some of {NEEDED_FEATURES:#x}"),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates a region as `config` says and starts its fault handler.
+    pub fn new(config: RegionConfig) -> Result<Self, PagerError> {
+        let page = page_size();
+        let seq = REGION_SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}#{seq}", config.name);
+        let cs = config.chunk_size;
+        if cs == 0 || cs % page != 0 {
+            return Err(PagerError::Config(format!(
+                "{name}: chunk size {cs} is not a positive multiple of the page size {page}"
+            )));
+        }
+        if config.size == 0 {
+            return Err(PagerError::Config(format!("{name}: size is zero")));
+        }
+        if config.budget < cs {
+            return Err(PagerError::Config(format!(
+                "{name}: budget {} is smaller than one chunk ({cs})",
+                config.budget
+            )));
+        }
+        let len = config.size.next_multiple_of(page);
+        let chunks = len.div_ceil(cs);
+        let budget_chunks = (config.budget / cs).min(chunks);
+
+        let policy =
+            config
+                .policy
+                .build(budget_chunks, None)
+                .map_err(|source| PagerError::Policy {
+                    region: name.clone(),
+                    source,
+                })?;
+        let mem_err = |op: &'static str| {
+            let name = name.clone();
+            move |source: io::Error| PagerError::Memory {
+                region: name,
+                op,
+                offset: 0,
+                len,
+                source,
+            }
+        };
+        let memfd = Memfd::new(&format!("memvisor-{name}"), len).map_err(mem_err("memfd"))?;
+        let mapping = memfd.map_shared().map_err(mem_err("mmap"))?;
+        let memfd_fd = memfd.try_clone_fd().map_err(mem_err("dup memfd"))?;
+        let alias = memfd.map_shared().map_err(mem_err("mmap alias"))?;
+        // A forked child would see the memfd without the pager: reading a chunk that is out
+        // would allocate zero pages in the shared file behind the handler's back.
+        mapping.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
+        alias.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
+        let bounce = match config.resolve {
+            ResolveMode::Copy => Some(Mapping::anonymous(cs).map_err(mem_err("mmap bounce"))?),
+            ResolveMode::AliasContinue => None,
+        };
+        // Dirty tracking if asked for and the kernel has it; plain paging otherwise.
+        let tracked = if config.dirty_tracking {
+            Userfaultfd::new(NEEDED_FEATURES | DIRTY_FEATURES)
+                .ok()
+                .and_then(|u| Pagemap::open().ok().map(|p| (u, p)))
+        } else {
+            None
+        };
+        let (uffd, pagemap, mode) = match tracked {
+            Some((u, p)) => (
+                u,
+                Some(p),
+                RegisterMode::MISSING | RegisterMode::MINOR | RegisterMode::WP,
+            ),
+            None => (
+                Userfaultfd::new(NEEDED_FEATURES).map_err(PagerError::Unavailable)?,
+                None,
+                RegisterMode::MISSING | RegisterMode::MINOR,
+            ),
+        };
+        uffd.register(mapping.addr(), len, mode)
+            .map_err(mem_err("UFFDIO_REGISTER"))?;
+        let dirty_tracking = pagemap.is_some();
+        let swap = SwapFile::create(
+            &config.swap_dir,
+            &seq.to_string(),
+            cs,
+            chunks,
+            config.fault_injector.clone(),
+        )?;
+        let swap_direct = swap.is_direct();
+        let swap_path = swap.path().to_path_buf();
+
+        // SAFETY: eventfd takes an initial value and flags and returns a new descriptor or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(mem_err("eventfd")(io::Error::last_os_error()));
+        }
+        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
+        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
+        let shared = Arc::new(HandlerShared {
+            name: name.clone(),
+            stats: Default::default(),
+            errors: Mutex::new(VecDeque::new()),
+            log_errors: config.log_errors,
+            stop,
+        });
+        shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
+        let mut handler = FaultHandler::new(
+            shared.clone(),
+            uffd,
+            memfd,
+            mapping.addr(),
+            len,
+            cs,
+            alias,
+            swap,
+            policy,
+            config.resolve,
+            bounce,
+        );
+        handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
+        handler.pagemap = pagemap;
+        let thread = std::thread::Builder::new()
+            .name(format!("pager-{seq}"))
+            .spawn(move || handler.run())
+            .map_err(|source| PagerError::Thread {
+                region: name.clone(),
+                source,
+            })?;
+        Ok(Self {
+            shared,
+            handler: Some(thread),
+            mapping,
+            size: config.size,
+            chunk_size: cs,
+            budget_chunks,
+            resolve: config.resolve,
+            swap_direct,
+            swap_path,
+            memfd_fd,
+            dirty_tracking,
+        })
+    }
+
+    /// Start of the memory. Valid for [`len`](Self::len) bytes while the region lives, from any
+    /// thread; the region does not synchronize accesses between threads.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.mapping.as_ptr()
+    }
+
+    /// Size in bytes, as configured.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    /// Whether the region is empty (never: sizes are positive).
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Paging unit in bytes.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// How many chunks may be resident.
+    pub fn budget_chunks(&self) -> usize {
+        self.budget_chunks
+    }
+
+    /// How faults are resolved.
+    pub fn resolve_mode(&self) -> ResolveMode {
+        self.resolve
+    }
+
+    /// Whether dirty tracking is on (clean chunks are evicted without a write).
+    pub fn dirty_tracking(&self) -> bool {
+        self.dirty_tracking
+    }
+
+    /// Whether swap I/O uses `O_DIRECT`.
+    pub fn swap_is_direct(&self) -> bool {
+        self.swap_direct
+    }
+
+    /// The path the swap file had; it was unlinked right after creation, so it only shows in
+    /// `/proc/self/fd` (as `PATH (deleted)`) while the region lives.
+    pub fn swap_path(&self) -> &Path {
+        &self.swap_path
+    }
+
+    /// Bytes of memory the region's memfd really holds, as the kernel counts them: at most
+    /// the budget plus overrun chunks (plus one chunk while a page-in is in flight).
+    pub fn memory_bytes(&self) -> Result<u64, PagerError> {
+        crate::memfd::allocated_bytes(self.memfd_fd.as_fd()).map_err(|source| PagerError::Memory {
+            region: self.shared.name.clone(),
+            op: "fstat memfd",
+            offset: 0,
+            len: self.size,
+            source,
+        })
+    }
+
+    /// The region's name, as errors spell it.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> RegionStats {
+        self.shared.stats.snapshot()
+    }
+
+    /// Removes and returns the errors recorded so far (the last 256 at most).
+    pub fn take_errors(&self) -> Vec<PagerError> {
+        match self.shared.errors.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Whether the fault handler is still running (it stops only on drop or a fatal
+    /// userfaultfd error, which is recorded).
+    pub fn handler_alive(&self) -> bool {
+        self.handler.as_ref().is_some_and(|h| !h.is_finished())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the region's own eventfd.
+        unsafe {
+            libc::write(
+                self.shared.stop.as_raw_fd(),
+                (&one as *const u64).cast(),
+                size_of::<u64>(),
+            );
+        }
+        if let Some(h) = self.handler.take() {
+            let _ = h.join();
+        }
+        // Fields drop next: the mapping is unmapped after the handler (which owned the uffd,
+        // the memfd, the alias and the swap file) is gone.
+    }
+}

@@ -1,0 +1,212 @@
+//! [`RegionStats`]: counters of one region, updated by its fault handler, read from any thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a region's counters. Chunk counts are the state at the time of the snapshot;
+/// the rest count events since the region was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Chunks in the region.
+    pub chunks: u64,
+    /// Chunks in memory (including overrun chunks).
+    pub resident_chunks: u64,
+    /// Chunks whose data is in the swap file only.
+    pub swapped_chunks: u64,
+    /// Chunks neither resident nor stored: never touched, or all zeros when evicted.
+    pub zero_chunks: u64,
+    /// Chunks whose page-in failed: accesses raise SIGBUS.
+    pub poisoned_chunks: u64,
+    /// Resident chunks over the budget, kept because their page-out failed.
+    pub overrun_chunks: u64,
+    /// Missing-fault messages handled.
+    pub missing_faults: u64,
+    /// Minor-fault messages handled.
+    pub minor_faults: u64,
+    /// Fault messages for chunks already resident (concurrent faults, served by a wake).
+    pub resident_faults: u64,
+    /// Chunks read from swap.
+    pub page_ins: u64,
+    /// Chunks filled with zeros (never written, or zero when evicted).
+    pub zero_fills: u64,
+    /// Chunks written to swap.
+    pub page_outs: u64,
+    /// Evicted chunks found all-zero (not written).
+    pub zero_page_outs: u64,
+    /// Evicted chunks unchanged since they were read from swap (or zero-filled): dropped
+    /// without a write, thanks to dirty tracking.
+    pub clean_evictions: u64,
+    /// Swap copies of resident chunks punched because the chunk was found written (at the
+    /// minor fault following an access sample).
+    pub stale_punches: u64,
+    /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
+    /// should stay 0.
+    pub dirty_tracking_misses: u64,
+    /// Bytes read from swap.
+    pub bytes_read: u64,
+    /// Bytes written to swap.
+    pub bytes_written: u64,
+    /// Failed swap writes.
+    pub write_errors: u64,
+    /// Failed swap reads and checksum mismatches.
+    pub read_errors: u64,
+    /// Nanoseconds the handler spent serving faults that needed a page-in (eviction included).
+    pub page_in_nanos: u64,
+    /// Of which: making room (page-outs, including their swap writes).
+    pub evict_nanos: u64,
+    /// Nanoseconds in swap writes.
+    pub swap_write_nanos: u64,
+    /// Nanoseconds in swap reads (checksum included).
+    pub swap_read_nanos: u64,
+    /// Access samples taken (see [`RegionConfig::sample_interval`](crate::RegionConfig)).
+    pub samples: u64,
+    /// Nanoseconds spent taking samples (dropping page-table entries).
+    pub sample_nanos: u64,
+    /// Median handler service time of a page-in fault (from reading the fault message to the
+    /// wake), in nanoseconds: the upper bound of its power-of-two histogram bucket.
+    pub page_in_p50_nanos: u64,
+    /// 99th percentile of the same, bucket upper bound.
+    pub page_in_p99_nanos: u64,
+    /// Longest page-in fault service time, exact.
+    pub page_in_max_nanos: u64,
+}
+
+impl RegionStats {
+    /// Nanoseconds of page-in work spent neither evicting nor reading swap: zeroing or
+    /// allocating, and mapping the chunk (the resolution ioctls).
+    pub fn map_nanos(&self) -> u64 {
+        self.page_in_nanos
+            .saturating_sub(self.evict_nanos)
+            .saturating_sub(self.swap_read_nanos)
+    }
+}
+
+/// The live counters behind [`RegionStats`].
+#[derive(Debug, Default)]
+pub(crate) struct StatsCounters {
+    pub chunks: AtomicU64,
+    pub resident_chunks: AtomicU64,
+    pub swapped_chunks: AtomicU64,
+    pub poisoned_chunks: AtomicU64,
+    pub overrun_chunks: AtomicU64,
+    pub missing_faults: AtomicU64,
+    pub minor_faults: AtomicU64,
+    pub resident_faults: AtomicU64,
+    pub page_ins: AtomicU64,
+    pub zero_fills: AtomicU64,
+    pub page_outs: AtomicU64,
+    pub zero_page_outs: AtomicU64,
+    pub clean_evictions: AtomicU64,
+    pub dirty_tracking_misses: AtomicU64,
+    pub stale_punches: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub page_in_nanos: AtomicU64,
+    pub evict_nanos: AtomicU64,
+    pub swap_write_nanos: AtomicU64,
+    pub swap_read_nanos: AtomicU64,
+    pub samples: AtomicU64,
+    pub sample_nanos: AtomicU64,
+    pub page_in_max_nanos: AtomicU64,
+    /// Bucket `i` counts page-in service times in `[2^i, 2^(i+1))` ns (bucket 0 also 0).
+    pub page_in_hist: Log2Histogram,
+}
+
+/// 64 power-of-two buckets of nanoseconds.
+#[derive(Debug)]
+pub(crate) struct Log2Histogram(pub [AtomicU64; 64]);
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl StatsCounters {
+    /// Records one page-in fault served in `nanos`.
+    pub fn record_page_in(&self, nanos: u64) {
+        add(&self.page_in_nanos, nanos);
+        self.page_in_max_nanos.fetch_max(nanos, Ordering::Relaxed);
+        let bucket = 63 - (nanos | 1).leading_zeros() as usize;
+        add(&self.page_in_hist.0[bucket], 1);
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (0..=1) of the page-in histogram.
+    fn page_in_quantile(&self, q: f64) -> u64 {
+        let counts: Vec<u64> = self
+            .page_in_hist
+            .0
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, &c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return if i >= 63 { u64::MAX } else { (2u64 << i) - 1 };
+            }
+        }
+        u64::MAX
+    }
+}
+
+/// Adds `n` to counter `c`.
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Subtracts `n` from counter `c`.
+pub(crate) fn sub(c: &AtomicU64, n: u64) {
+    c.fetch_sub(n, Ordering::Relaxed);
+}
+
+impl StatsCounters {
+    /// A consistent-enough snapshot (each counter is read atomically, not all at once).
+    pub fn snapshot(&self) -> RegionStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let chunks = g(&self.chunks);
+        let resident_chunks = g(&self.resident_chunks);
+        let swapped_chunks = g(&self.swapped_chunks);
+        let poisoned_chunks = g(&self.poisoned_chunks);
+        RegionStats {
+            chunks,
+            resident_chunks,
+            swapped_chunks,
+            zero_chunks: chunks
+                .saturating_sub(resident_chunks)
+                .saturating_sub(swapped_chunks)
+                .saturating_sub(poisoned_chunks),
+            poisoned_chunks,
+            overrun_chunks: g(&self.overrun_chunks),
+            missing_faults: g(&self.missing_faults),
+            minor_faults: g(&self.minor_faults),
+            resident_faults: g(&self.resident_faults),
+            page_ins: g(&self.page_ins),
+            zero_fills: g(&self.zero_fills),
+            page_outs: g(&self.page_outs),
+            zero_page_outs: g(&self.zero_page_outs),
+            clean_evictions: g(&self.clean_evictions),
+            dirty_tracking_misses: g(&self.dirty_tracking_misses),
+            stale_punches: g(&self.stale_punches),
+            bytes_read: g(&self.bytes_read),
+            bytes_written: g(&self.bytes_written),
+            write_errors: g(&self.write_errors),
+            read_errors: g(&self.read_errors),
+            page_in_nanos: g(&self.page_in_nanos),
+            evict_nanos: g(&self.evict_nanos),
+            swap_write_nanos: g(&self.swap_write_nanos),
+            swap_read_nanos: g(&self.swap_read_nanos),
+            samples: g(&self.samples),
+            sample_nanos: g(&self.sample_nanos),
+            page_in_p50_nanos: self.page_in_quantile(0.5),
+            page_in_p99_nanos: self.page_in_quantile(0.99),
+            page_in_max_nanos: g(&self.page_in_max_nanos),
+        }
+    }
+}

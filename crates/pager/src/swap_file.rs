@@ -1,0 +1,326 @@
+//! [`SwapFile`]: a region's private, sparse swap file, one fixed slot per chunk.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::crc32c::crc32c;
+use crate::fault_injector::FaultInjector;
+use crate::pager_error::PagerError;
+
+/// Alignment required of buffers, offsets and lengths for `O_DIRECT` (a page covers every
+/// logical block size in use).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Why a chunk read failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The read itself failed (or was short).
+    Io(io::Error),
+    /// The data read does not match the checksum recorded when it was written.
+    Checksum {
+        /// Recorded CRC32C.
+        expected: u32,
+        /// CRC32C of the data read.
+        actual: u32,
+    },
+}
+
+/// What [`SwapFile::write_chunk`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The data was written and its checksum recorded.
+    Written,
+    /// The data was all zeros: nothing written, the slot punched, recorded as zero.
+    Zero,
+}
+
+/// A sparse file whose slot `i` (at offset `i * chunk_size`) holds chunk `i` of a region.
+///
+/// Created `0600` in the swap directory and unlinked at once, so it vanishes when the file is
+/// closed or the process dies. Reads and writes are whole chunks with `O_DIRECT` when the
+/// filesystem allows it (buffered otherwise; see [`is_direct`](Self::is_direct)); buffers must be
+/// [`DIRECT_ALIGN`]-aligned. Each stored chunk's CRC32C is kept in memory and verified on read;
+/// all-zero chunks are never written.
+#[derive(Debug)]
+pub struct SwapFile {
+    file: File,
+    path: PathBuf,
+    chunk_size: usize,
+    direct: bool,
+    /// `Some(crc)` for stored chunks, `None` for chunks that read as zero.
+    crcs: Vec<Option<u32>>,
+    injector: Option<Arc<FaultInjector>>,
+}
+
+static SWAP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl SwapFile {
+    /// Creates the swap file for `chunks` chunks of `chunk_size` bytes in `dir`; `tag` goes into
+    /// the (short-lived) file name.
+    pub fn create(
+        dir: &Path,
+        tag: &str,
+        chunk_size: usize,
+        chunks: usize,
+        injector: Option<Arc<FaultInjector>>,
+    ) -> Result<Self, PagerError> {
+        if chunk_size == 0 || chunk_size % DIRECT_ALIGN != 0 {
+            return Err(PagerError::Config(format!(
+                "swap chunk size {chunk_size} is not a multiple of {DIRECT_ALIGN}"
+            )));
+        }
+        let name = format!(
+            "memvisor-swap-{}-{}-{}",
+            std::process::id(),
+            tag,
+            SWAP_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = dir.join(name);
+        let open = |direct: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 });
+            o.open(&path)
+        };
+        let (file, direct) = match open(true) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let f = open(false).map_err(|source| PagerError::SwapFile {
+                    path: path.clone(),
+                    op: "create",
+                    source,
+                })?;
+                (f, false)
+            }
+            Err(source) => {
+                return Err(PagerError::SwapFile {
+                    path,
+                    op: "create",
+                    source,
+                })
+            }
+        };
+        if let Err(source) = std::fs::remove_file(&path) {
+            return Err(PagerError::SwapFile {
+                path,
+                op: "unlink",
+                source,
+            });
+        }
+        let len = (chunk_size as u64).saturating_mul(chunks as u64);
+        if let Err(source) = file.set_len(len) {
+            return Err(PagerError::SwapFile {
+                path,
+                op: "set length",
+                source,
+            });
+        }
+        Ok(Self {
+            file,
+            path,
+            chunk_size,
+            direct,
+            crcs: vec![None; chunks],
+            injector,
+        })
+    }
+
+    /// The path the file had (it is unlinked).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether I/O bypasses the page cache (`O_DIRECT`).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Whether chunk `chunk` holds stored data (else it reads as zero).
+    pub fn is_stored(&self, chunk: usize) -> bool {
+        self.crcs.get(chunk).is_some_and(|c| c.is_some())
+    }
+
+    /// The CRC32C recorded for chunk `chunk`, if it is stored.
+    pub fn stored_crc(&self, chunk: usize) -> Option<u32> {
+        self.crcs.get(chunk).copied().flatten()
+    }
+
+    /// Bytes of disk the file occupies (`st_blocks * 512`).
+    pub fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(std::os::unix::fs::MetadataExt::blocks(&self.file.metadata()?) * 512)
+    }
+
+    fn check(&self, chunk: usize, len: usize, ptr: *const u8) -> io::Result<u64> {
+        if chunk >= self.crcs.len() || len == 0 || len > self.chunk_size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("chunk {chunk} / length {len} out of range"),
+            ));
+        }
+        if self.direct && (ptr as usize % DIRECT_ALIGN != 0 || len % DIRECT_ALIGN != 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "O_DIRECT buffer not page-aligned",
+            ));
+        }
+        Ok(chunk as u64 * self.chunk_size as u64)
+    }
+
+    /// Stores `data` (at most one chunk) as chunk `chunk`. All-zero data is not written: the slot
+    /// is punched and recorded as zero. On error the chunk's previous content in the file is
+    /// forgotten (it reads as zero), so keep the data elsewhere.
+    pub fn write_chunk(&mut self, chunk: usize, data: &[u8]) -> io::Result<WriteOutcome> {
+        let offset = self.check(chunk, data.len(), data.as_ptr())?;
+        if is_zero(data) {
+            self.punch(chunk)?;
+            return Ok(WriteOutcome::Zero);
+        }
+        self.crcs[chunk] = None;
+        if let Some(inj) = &self.injector {
+            inj.before_write()?;
+        }
+        let crc = crc32c(data);
+        self.file.write_all_at(data, offset)?;
+        self.crcs[chunk] = Some(crc);
+        Ok(WriteOutcome::Written)
+    }
+
+    /// Reads chunk `chunk` into `buf` (its stored length). Returns `Ok(false)`, leaving `buf`
+    /// untouched, if the chunk is not stored (it is all zeros); `Ok(true)` once the data is in
+    /// `buf` and matches its checksum.
+    pub fn read_chunk(&mut self, chunk: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
+        let offset = self
+            .check(chunk, buf.len(), buf.as_ptr())
+            .map_err(ReadError::Io)?;
+        let Some(expected) = self.crcs[chunk] else {
+            return Ok(false);
+        };
+        if let Some(inj) = &self.injector {
+            inj.before_read().map_err(ReadError::Io)?;
+        }
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(ReadError::Io)?;
+        if let Some(inj) = &self.injector {
+            inj.after_read(buf);
+        }
+        let actual = crc32c(buf);
+        if actual != expected {
+            return Err(ReadError::Checksum { expected, actual });
+        }
+        Ok(true)
+    }
+
+    /// Frees chunk `chunk`'s blocks and records it as zero.
+    pub fn punch(&mut self, chunk: usize) -> io::Result<()> {
+        if chunk >= self.crcs.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("chunk {chunk} out of range"),
+            ));
+        }
+        if self.crcs[chunk].take().is_none() {
+            return Ok(());
+        }
+        // SAFETY: fallocate on a valid descriptor has no memory-safety preconditions.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (chunk * self.chunk_size) as libc::off_t,
+                self.chunk_size as libc::off_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Whether every byte of `data` is zero.
+pub fn is_zero(data: &[u8]) -> bool {
+    let (head, body, tail) = {
+        // SAFETY: every bit pattern is a valid u64, and align_to only reinterprets the aligned
+        // middle part of the slice.
+        unsafe { data.align_to::<u64>() }
+    };
+    head.iter().all(|&b| b == 0) && body.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memfd::Mapping;
+
+    const CS: usize = 64 * 1024;
+
+    fn buf(len: usize) -> Mapping {
+        Mapping::anonymous(len).unwrap()
+    }
+
+    fn slice(m: &mut Mapping, len: usize) -> &mut [u8] {
+        assert!(len <= m.len());
+        // SAFETY: test-only; the mapping is at least `len` bytes, exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), len) }
+    }
+
+    #[test]
+    fn round_trip_zero_and_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let inj = Arc::new(FaultInjector::new());
+        let mut s = SwapFile::create(dir.path(), "t", CS, 4, Some(inj.clone())).unwrap();
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "unlinked"
+        );
+        let mut w = buf(CS);
+        let mut r = buf(CS);
+        let w = slice(&mut w, CS);
+        let r = slice(&mut r, CS);
+        w.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        assert_eq!(s.write_chunk(2, w).unwrap(), WriteOutcome::Written);
+        assert!(s.read_chunk(2, r).unwrap());
+        assert_eq!(r, w);
+        assert!(!s.read_chunk(1, r).unwrap());
+
+        inj.corrupt_reads(1);
+        assert!(matches!(
+            s.read_chunk(2, r),
+            Err(ReadError::Checksum { .. })
+        ));
+        inj.fail_reads(libc::EIO, 1);
+        assert!(matches!(s.read_chunk(2, r), Err(ReadError::Io(_))));
+        assert!(s.read_chunk(2, r).unwrap());
+
+        inj.fail_writes(libc::ENOSPC, 1);
+        let e = s.write_chunk(3, w).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert!(!s.is_stored(3));
+
+        w.fill(0);
+        assert_eq!(s.write_chunk(2, w).unwrap(), WriteOutcome::Zero);
+        assert!(!s.is_stored(2));
+        assert_eq!(s.allocated_bytes().unwrap(), 0);
+    }
+
+    #[test]
+    fn is_zero_checks_every_byte() {
+        let mut v = vec![0u8; 1001];
+        assert!(is_zero(&v));
+        v[1000] = 1;
+        assert!(!is_zero(&v));
+        v[1000] = 0;
+        v[3] = 1;
+        assert!(!is_zero(&v[1..]));
+    }
+}

@@ -1,0 +1,255 @@
+//! Failure semantics: failed writes lose nothing, failed reads never map garbage, swap files
+//! are private and vanish.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{pattern, read, supported, write};
+use memvisor_pager::{page_size, FaultInjector, PagerError, Region, RegionConfig, ResolveMode};
+
+const CHILD_ENV: &str = "MEMVISOR_PAGER_TEST_CHILD";
+const CHILD_DIR_ENV: &str = "MEMVISOR_PAGER_TEST_DIR";
+
+/// The descriptors of this process open on `path` (an unlinked file shows as `PATH (deleted)`).
+fn fds_on(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let want = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let t = std::fs::read_link(e.path()).ok()?;
+            t.to_string_lossy().starts_with(&want).then(|| e.path())
+        })
+        .collect()
+}
+
+#[test]
+fn swap_file_is_private_and_gone_after_drop() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = 4 * page_size();
+    let region =
+        Region::new(RegionConfig::new(8 * chunk, chunk, dir.path()).chunk_size(chunk)).unwrap();
+    write(&region, 0, &[1; 100]);
+    write(&region, chunk, &[2; 100]);
+    assert_eq!(region.stats().page_outs, 1);
+    // Unlinked at creation: nothing in the directory, one deleted file open.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let path = region.swap_path().to_path_buf();
+    assert!(path.starts_with(dir.path()));
+    let fds = fds_on(&path);
+    assert_eq!(fds.len(), 1, "{fds:?}");
+    let target = std::fs::read_link(&fds[0]).unwrap();
+    assert!(
+        target.to_string_lossy().ends_with("(deleted)"),
+        "{target:?}"
+    );
+    let mode = std::fs::metadata(&fds[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    drop(region);
+    assert!(fds_on(&path).is_empty());
+}
+
+fn write_failure_keeps_data(errno: i32, mode: ResolveMode) {
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(FaultInjector::new());
+    let region = Region::new(
+        RegionConfig::new(6 * chunk, 2 * chunk, dir.path())
+            .chunk_size(chunk)
+            .resolve(mode)
+            .fault_injector(inj.clone())
+            .log_errors(false),
+    )
+    .unwrap();
+    let mut buf = vec![0u8; chunk];
+    let fill = |c: usize, buf: &mut Vec<u8>| {
+        pattern(100 + c as u64, buf);
+        write(&region, c * chunk, buf);
+    };
+    fill(0, &mut buf);
+    fill(1, &mut buf);
+    inj.fail_writes(errno, 2);
+    // Chunk 2 comes in: evicting a victim fails, it stays resident over budget.
+    fill(2, &mut buf);
+    let s = region.stats();
+    assert_eq!(
+        (s.write_errors, s.overrun_chunks, s.resident_chunks),
+        (1, 1, 3),
+        "{s:?}"
+    );
+    // Chunk 3: the overrun chunk is retried first (fails again), then a policy victim goes out.
+    fill(3, &mut buf);
+    let s = region.stats();
+    assert_eq!(
+        (s.write_errors, s.overrun_chunks, s.resident_chunks),
+        (2, 1, 3),
+        "{s:?}"
+    );
+    let errors = region.take_errors();
+    assert_eq!(errors.len(), 2);
+    for e in &errors {
+        assert!(matches!(e, PagerError::SwapWrite { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(region.name()) && msg.contains("offset 0x"),
+            "{msg}"
+        );
+    }
+    // Writes work again: the overrun drains as new chunks come in, and nothing was lost.
+    fill(4, &mut buf);
+    fill(5, &mut buf);
+    let mut want = vec![0u8; chunk];
+    for _pass in 0..2 {
+        for c in 0..6 {
+            pattern(100 + c as u64, &mut want);
+            read(&region, c * chunk, &mut buf);
+            assert!(buf == want, "{errno} {mode:?}: chunk {c} lost");
+        }
+    }
+    let s = region.stats();
+    assert_eq!(s.overrun_chunks, 0, "{s:?}");
+    assert!(s.resident_chunks <= 2, "{s:?}");
+}
+
+#[test]
+fn swap_write_failure_keeps_the_chunk_resident() {
+    if !supported() {
+        return;
+    }
+    for mode in [ResolveMode::AliasContinue, ResolveMode::Copy] {
+        write_failure_keeps_data(libc::EIO, mode);
+        write_failure_keeps_data(libc::ENOSPC, mode);
+    }
+}
+
+/// Child side of the SIGBUS tests: only runs when spawned by `run_child`.
+#[test]
+fn child_reads_a_chunk_whose_page_in_fails() {
+    let Ok(what) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = std::path::PathBuf::from(std::env::var(CHILD_DIR_ENV).unwrap());
+    let inj = Arc::new(FaultInjector::new());
+    let mode = if what.ends_with("copy") {
+        ResolveMode::Copy
+    } else {
+        ResolveMode::AliasContinue
+    };
+    let region = Region::new(
+        RegionConfig::new(4 * chunk, chunk, &dir)
+            .chunk_size(chunk)
+            .resolve(mode)
+            .fault_injector(inj.clone()),
+    )
+    .unwrap();
+    write(&region, 2 * chunk + 5, &[0xAB; 64]);
+    write(&region, 0, &[1; 8]); // evicts chunk 2 to swap
+    assert_eq!(region.stats().page_outs, 1);
+    if what.starts_with("eio") {
+        inj.fail_reads(libc::EIO, 1);
+    } else {
+        inj.corrupt_reads(1);
+    }
+    let mut b = [0u8; 64];
+    read(&region, 2 * chunk + 5, &mut b);
+    // Unreachable if the pager is right.
+    println!("CHILD READ {:?}", &b[..4]);
+    std::process::exit(0);
+}
+
+fn run_child(what: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "child_reads_a_chunk_whose_page_in_fails",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, what)
+        .env(CHILD_DIR_ENV, dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{what}: child should die of SIGBUS; status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(!stdout.contains("CHILD READ"), "{stdout}");
+    let want = if what.starts_with("eio") {
+        "swap read of chunk 2 (offset 0x"
+    } else {
+        "checksum mismatch in chunk 2 (offset 0x"
+    };
+    assert!(stderr.contains(want), "{what}: error not logged:\n{stderr}");
+    // The child died with its swap file open: the file is gone with it.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn failed_swap_read_raises_sigbus() {
+    if !supported() {
+        return;
+    }
+    run_child("eio-alias");
+    run_child("eio-copy");
+}
+
+#[test]
+fn checksum_mismatch_raises_sigbus() {
+    if !supported() {
+        return;
+    }
+    run_child("crc-alias");
+    run_child("crc-copy");
+}
+
+#[test]
+fn armed_read_failure_spares_chunks_that_need_no_read() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(FaultInjector::new());
+    let region = Region::new(
+        RegionConfig::new(4 * chunk, chunk, dir.path())
+            .chunk_size(chunk)
+            .fault_injector(inj.clone())
+            .log_errors(false),
+    )
+    .unwrap();
+    write(&region, 0, &[9; 16]);
+    write(&region, chunk, &[8; 16]);
+    write(&region, 2 * chunk, &[7; 16]);
+    let s = region.stats();
+    assert_eq!(s.swapped_chunks, 2, "{s:?}");
+    // Chunk 3 was never written: its page-in reads nothing, so an armed read failure is not
+    // consumed and the chunk reads as zeros.
+    inj.fail_reads(libc::EIO, 1);
+    let mut b = [0u8; 16];
+    read(&region, 3 * chunk, &mut b);
+    assert_eq!(b, [0; 16]);
+    inj.fail_reads(libc::EIO, 0);
+    read(&region, 0, &mut b);
+    assert_eq!(b, [9; 16]);
+    read(&region, chunk, &mut b);
+    assert_eq!(b, [8; 16]);
+    assert_eq!(region.stats().read_errors, 0);
+    assert!(region.take_errors().is_empty());
+}

@@ -1,0 +1,547 @@
+//! Correctness of paging: data survives eviction, under concurrency, for every policy and mode.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{pattern, read, supported, write, Rng};
+use std::time::Duration;
+
+use memvisor_pager::{
+    page_size, FaultInjector, PagerError, Region, RegionConfig, RegionStats, ResolveMode,
+};
+use memvisor_policy::PolicySpec;
+
+const MODES: [ResolveMode; 2] = [ResolveMode::AliasContinue, ResolveMode::Copy];
+
+fn config(size: usize, budget: usize, chunk: usize, dir: &std::path::Path) -> RegionConfig {
+    RegionConfig::new(size, budget, dir).chunk_size(chunk)
+}
+
+#[test]
+fn sequential_pass_survives_eviction() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        // 8.5 chunks: the last chunk is partial.
+        let size = 8 * chunk + chunk / 2;
+        let region = Region::new(config(size, 2 * chunk, chunk, dir.path()).resolve(mode)).unwrap();
+        let mut buf = vec![0u8; ps];
+        for p in 0..size / ps {
+            pattern(p as u64, &mut buf);
+            write(&region, p * ps, &buf);
+        }
+        let mut got = vec![0u8; ps];
+        for _pass in 0..2 {
+            for p in 0..size / ps {
+                pattern(p as u64, &mut buf);
+                read(&region, p * ps, &mut got);
+                assert!(got == buf, "{mode:?}: page {p} differs");
+            }
+        }
+        let s = region.stats();
+        // The budget is real: the memfd holds no more than two chunks.
+        let held = region.memory_bytes().unwrap();
+        assert!(
+            held <= 2 * chunk as u64,
+            "{mode:?}: memfd holds {held} bytes"
+        );
+        assert_eq!(s.chunks, 9);
+        assert!(s.resident_chunks <= 2, "{s:?}");
+        assert!(s.page_outs >= 7 && s.page_ins >= 7, "{s:?}");
+        assert_eq!(s.write_errors + s.read_errors, 0);
+        assert!(region.take_errors().is_empty());
+        assert_eq!(
+            s.resident_chunks + s.swapped_chunks + s.zero_chunks + s.poisoned_chunks,
+            s.chunks
+        );
+    }
+}
+
+#[test]
+fn untouched_and_zero_chunks_read_as_zero_and_are_not_stored() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(config(32 * chunk, chunk, chunk, dir.path())).unwrap();
+    let mut got = vec![1u8; ps];
+    for c in 0..32 {
+        read(&region, c * chunk + ps, &mut got);
+        assert!(got.iter().all(|&b| b == 0));
+    }
+    let s = region.stats();
+    assert_eq!(s.page_outs, 0, "{s:?}");
+    assert_eq!(s.zero_page_outs, 31, "{s:?}");
+    assert_eq!(s.zero_fills, 32, "{s:?}");
+    assert_eq!(s.swapped_chunks, 0);
+}
+
+/// Four threads read and write random pages against a shadow copy kept under one mutex per
+/// page; a tiny budget keeps evicting.
+fn stress(policy: PolicySpec, mode: ResolveMode, chunk_pages: usize, budget_chunks: usize) {
+    stress_sampled(policy, mode, chunk_pages, budget_chunks, None);
+}
+
+fn stress_sampled(
+    policy: PolicySpec,
+    mode: ResolveMode,
+    chunk_pages: usize,
+    budget_chunks: usize,
+    sample: Option<Duration>,
+) -> RegionStats {
+    stress_with(policy, mode, chunk_pages, budget_chunks, sample, None)
+}
+
+/// Operations per thread in the randomized tests (`MEMVISOR_PAGER_STRESS_OPS` overrides).
+fn ops_per_thread() -> usize {
+    std::env::var("MEMVISOR_PAGER_STRESS_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500)
+}
+
+fn stress_with(
+    policy: PolicySpec,
+    mode: ResolveMode,
+    chunk_pages: usize,
+    budget_chunks: usize,
+    sample: Option<Duration>,
+    injector: Option<Arc<FaultInjector>>,
+) -> RegionStats {
+    let ps = page_size();
+    let chunk = chunk_pages * ps;
+    // Not a multiple of the chunk: 13 chunks and 3 pages (and a few bytes).
+    let size = 13 * chunk + 3 * ps + 100;
+    let pages = size.div_ceil(ps);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(size, budget_chunks * chunk, chunk, dir.path())
+        .policy(policy.clone())
+        .resolve(mode)
+        .sample_interval(sample)
+        .log_errors(false);
+    cfg.fault_injector = injector.clone();
+    let region = Arc::new(Region::new(cfg).unwrap());
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // With an injector: one failed swap write every couple of milliseconds while the threads run.
+    let failer = injector.map(|inj| {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                inj.fail_writes(libc::EIO, 1);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    });
+    let shadow: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
+        (0..pages)
+            .map(|p| Mutex::new(vec![0u8; ps.min(size - p * ps)]))
+            .collect(),
+    );
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let region = region.clone();
+            let shadow = shadow.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(t + 1);
+                let mut buf = vec![0u8; ps];
+                for i in 0..ops_per_thread() {
+                    // Mostly a hot set of 3 chunks, sometimes anywhere.
+                    let p = if rng.below(4) == 0 {
+                        rng.below(pages)
+                    } else {
+                        rng.below(3 * chunk_pages).min(pages - 1)
+                    };
+                    let mut page = shadow[p].lock().unwrap();
+                    let plen = page.len();
+                    let off = rng.below(plen);
+                    let len = (1 + rng.below(512)).min(plen - off);
+                    if rng.below(2) == 0 {
+                        pattern(rng.next(), &mut buf[..len]);
+                        write(&region, p * ps + off, &buf[..len]);
+                        page[off..off + len].copy_from_slice(&buf[..len]);
+                    } else {
+                        read(&region, p * ps + off, &mut buf[..len]);
+                        assert!(
+                            buf[..len] == page[off..off + len],
+                            "thread {t} op {i}: page {p} offset {off} differs"
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let injecting = failer.is_some();
+    if let Some(f) = failer {
+        f.join().unwrap();
+    }
+    let mut buf = vec![0u8; ps];
+    for (p, page) in shadow.iter().enumerate() {
+        let page = page.lock().unwrap();
+        read(&region, p * ps, &mut buf[..page.len()]);
+        assert!(
+            buf[..page.len()] == page[..],
+            "final check: page {p} differs"
+        );
+    }
+    let s = region.stats();
+    assert!(
+        s.resident_chunks <= budget_chunks as u64 + s.overrun_chunks,
+        "{policy} {mode:?}: {s:?}"
+    );
+    assert!(
+        s.page_ins > 10,
+        "{policy} {mode:?}: constant eviction expected: {s:?}"
+    );
+    assert_eq!(s.read_errors + s.poisoned_chunks, 0, "{s:?}");
+    assert_eq!(s.dirty_tracking_misses, 0, "{policy} {mode:?}: {s:?}");
+    let errors = region.take_errors();
+    if injecting {
+        assert_eq!(errors.len() as u64, s.write_errors.min(256), "{s:?}");
+        assert!(errors
+            .iter()
+            .all(|e| matches!(e, PagerError::SwapWrite { .. })));
+    } else {
+        assert_eq!(s.write_errors, 0, "{s:?}");
+        assert!(errors.is_empty());
+    }
+    s
+}
+
+#[test]
+fn randomized_multithreaded_every_policy_and_mode() {
+    if !supported() {
+        return;
+    }
+    for policy in PolicySpec::all() {
+        if policy.is_offline() {
+            continue;
+        }
+        for mode in MODES {
+            stress(policy.clone(), mode, 4, 2);
+        }
+    }
+}
+
+#[test]
+fn budget_of_one_chunk() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        stress(PolicySpec::Clock, mode, 4, 1);
+    }
+}
+
+#[test]
+fn page_sized_chunks() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        stress(PolicySpec::Lru, mode, 1, 5);
+    }
+}
+
+#[test]
+fn many_threads_fault_the_same_chunk_at_once() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 64 * ps;
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let region = Arc::new(
+            Region::new(config(4 * chunk, chunk, chunk, dir.path()).resolve(mode)).unwrap(),
+        );
+        for round in 0..20u8 {
+            // Evict chunk 0 by touching the others, then have 8 threads hit chunk 0 together.
+            for c in 1..4 {
+                write(&region, c * chunk, &[round]);
+            }
+            let barrier = Arc::new(std::sync::Barrier::new(8));
+            let hs: Vec<_> = (0..8)
+                .map(|t| {
+                    let region = region.clone();
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        // Same page for even threads, different pages for odd ones.
+                        let p = if t % 2 == 0 { 5 } else { t * 7 };
+                        let mut b = [0u8; 1];
+                        read(&region, p * ps + 8, &mut b);
+                        b[0]
+                    })
+                })
+                .collect();
+            for h in hs {
+                let v = h.join().unwrap();
+                assert!(v == 0 || round > 0, "unexpected byte {v}");
+            }
+        }
+        let s = region.stats();
+        assert!(s.page_in_nanos > 0);
+        assert!(s.page_in_p50_nanos <= s.page_in_p99_nanos, "{s:?}");
+        assert!(
+            s.page_in_max_nanos > 0 && s.page_in_max_nanos <= s.page_in_nanos,
+            "{s:?}"
+        );
+        assert!(s.page_in_p50_nanos / 2 <= s.page_in_max_nanos, "{s:?}");
+        assert!(region.take_errors().is_empty());
+    }
+}
+
+#[test]
+fn randomized_multithreaded_with_access_sampling() {
+    if !supported() {
+        return;
+    }
+    for policy in PolicySpec::all() {
+        if policy.is_offline() {
+            continue;
+        }
+        for mode in MODES {
+            let s = stress_sampled(policy.clone(), mode, 4, 3, Some(Duration::from_millis(1)));
+            assert!(s.samples > 0, "{s:?}");
+        }
+    }
+}
+
+/// A hot chunk touched between the steps of a scan: with sampling, CLOCK and chunk queues see
+/// its reference bit and keep it; FIFO evicts it every few rounds.
+#[test]
+fn sampling_lets_clock_and_chunk_queues_keep_a_hot_chunk() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let run = |policy: PolicySpec, sample: Option<Duration>| {
+        let dir = tempfile::tempdir().unwrap();
+        let region = Region::new(
+            config(8 * chunk, 3 * chunk, chunk, dir.path())
+                .policy(policy)
+                .sample_interval(sample),
+        )
+        .unwrap();
+        write(&region, 0, &[1]);
+        let mut b = [0u8; 1];
+        for i in 0..150 {
+            std::thread::sleep(Duration::from_millis(2));
+            read(&region, 0, &mut b);
+            assert_eq!(b[0], 1);
+            write(&region, (1 + i % 7) * chunk, &[2]);
+        }
+        region.stats()
+    };
+    // Every scan access misses (7 scan chunks cycle through at most 3 slots): 150 misses;
+    // the rest are misses of the hot chunk.
+    let hot_misses = |s: &RegionStats| (s.page_ins + s.zero_fills).saturating_sub(150);
+    let fifo = run(PolicySpec::Fifo, None);
+    for policy in ["clock", "chunk-queues"] {
+        let sampled = run(policy.parse().unwrap(), Some(Duration::from_millis(1)));
+        assert!(sampled.minor_faults > 0, "{sampled:?}");
+        eprintln!(
+            "hot-chunk misses: {policy} with sampling {}, fifo {}",
+            hot_misses(&sampled),
+            hot_misses(&fifo)
+        );
+        assert!(
+            hot_misses(&sampled) * 3 < hot_misses(&fifo),
+            "hot-chunk misses: {policy} with sampling {}, fifo {}",
+            hot_misses(&sampled),
+            hot_misses(&fifo)
+        );
+    }
+}
+
+/// The randomized workload while swap writes keep failing: overrun chunks stay resident, are
+/// retried, and no byte is ever lost.
+#[test]
+fn randomized_multithreaded_with_failing_writes() {
+    if !supported() {
+        return;
+    }
+    for policy in ["chunk-queues", "lru"] {
+        for mode in MODES {
+            let s = stress_with(
+                policy.parse().unwrap(),
+                mode,
+                4,
+                2,
+                Some(Duration::from_millis(3)),
+                Some(Arc::new(FaultInjector::new())),
+            );
+            assert!(s.write_errors > 0, "{policy} {mode:?}: {s:?}");
+        }
+    }
+}
+
+/// With dirty tracking, chunks only read since their page-in are evicted without a write, and
+/// a single byte written after a page-in (or after a sampling pass) is never lost.
+#[test]
+fn dirty_tracking_skips_clean_chunks_and_catches_every_write() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let chunks = 8;
+    for mode in MODES {
+        for sample in [None, Some(Duration::from_millis(1))] {
+            let dir = tempfile::tempdir().unwrap();
+            let region = Region::new(
+                config(chunks * chunk, 2 * chunk, chunk, dir.path())
+                    .resolve(mode)
+                    .sample_interval(sample),
+            )
+            .unwrap();
+            assert!(region.dirty_tracking());
+            let mut buf = vec![0u8; chunk];
+            for c in 0..chunks {
+                pattern(c as u64, &mut buf);
+                write(&region, c * chunk, &buf);
+            }
+            let mut got = vec![0u8; chunk];
+            // Read passes: once the written chunks are out, evictions are clean.
+            let before = region.stats();
+            for _ in 0..2 {
+                for c in 0..chunks {
+                    pattern(c as u64, &mut buf);
+                    read(&region, c * chunk, &mut got);
+                    assert!(got == buf, "{mode:?}: chunk {c}");
+                }
+            }
+            let s = region.stats();
+            assert_eq!(
+                s.bytes_written,
+                before.bytes_written + 2 * chunk as u64,
+                "{s:?}"
+            );
+            assert!(s.clean_evictions >= 2 * chunks as u64 - 4, "{s:?}");
+            // One byte per chunk, at a different page each time, after the page-in (and, with
+            // sampling, possibly after the entries were dropped and rebuilt).
+            for round in 0..3u8 {
+                for c in 0..chunks {
+                    let at = c * chunk + (round as usize % 4) * ps + 17;
+                    read(&region, c * chunk, &mut got[..1]);
+                    if sample.is_some() {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    write(&region, at, &[0xF0 | round]);
+                }
+                for c in 0..chunks {
+                    for r in 0..=round {
+                        let at = c * chunk + (r as usize % 4) * ps + 17;
+                        read(&region, at, &mut got[..1]);
+                        assert_eq!(got[0], 0xF0 | r, "{mode:?} {sample:?}: chunk {c} round {r}");
+                    }
+                }
+            }
+            let s = region.stats();
+            assert_eq!(s.dirty_tracking_misses, 0, "{s:?}");
+            assert!(region.take_errors().is_empty());
+        }
+    }
+}
+
+#[test]
+fn without_dirty_tracking_every_eviction_writes() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region =
+        Region::new(config(6 * chunk, chunk, chunk, dir.path()).dirty_tracking(false)).unwrap();
+    assert!(!region.dirty_tracking());
+    for _ in 0..2 {
+        for c in 0..6 {
+            write(&region, c * chunk, &[1]);
+        }
+    }
+    let mut b = [0u8; 1];
+    for c in 0..6 {
+        read(&region, c * chunk, &mut b);
+        assert_eq!(b[0], 1);
+    }
+    let s = region.stats();
+    assert_eq!(s.clean_evictions, 0, "{s:?}");
+    assert_eq!(s.page_outs, 17, "{s:?}");
+}
+
+/// A resident chunk found written at a sample gives its stale swap blocks back.
+#[test]
+fn stale_swap_copies_are_punched_after_a_sample_sees_a_write() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(
+        config(4 * chunk, chunk, chunk, dir.path()).sample_interval(Some(Duration::from_millis(5))),
+    )
+    .unwrap();
+    let mut buf = vec![0u8; chunk];
+    for c in 0..4 {
+        pattern(c as u64 + 1, &mut buf);
+        write(&region, c * chunk, &buf);
+    }
+    // Chunk 0 back in (read), then written; after a sample its next access harvests the write.
+    read(&region, 0, &mut buf);
+    write(&region, 5, &[42]);
+    let t = std::time::Instant::now();
+    while region.stats().stale_punches == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+        let mut b = [0u8; 1];
+        read(&region, 5, &mut b);
+        assert_eq!(b[0], 42);
+    }
+    let s = region.stats();
+    assert_eq!(s.stale_punches, 1, "{s:?}");
+    // Evicting it writes it again; reading it back gives the new byte.
+    write(&region, chunk, &[7]);
+    let mut b = [0u8; 1];
+    read(&region, 5, &mut b);
+    assert_eq!(b[0], 42);
+    assert_eq!(region.stats().dirty_tracking_misses, 0);
+}
+
+/// A longer run of the randomized workload (sampling every millisecond, dirty tracking, a few
+/// policies, both modes): `MEMVISOR_PAGER_STRESS_OPS=100000 cargo test --release -p
+/// memvisor-pager --test paging -- --ignored`.
+#[test]
+#[ignore = "long; run explicitly"]
+fn long_randomized_stress() {
+    if !supported() {
+        return;
+    }
+    for policy in ["chunk-queues", "clock", "arc", "s3-fifo"] {
+        for mode in MODES {
+            let s = stress_sampled(
+                policy.parse().unwrap(),
+                mode,
+                16,
+                3,
+                Some(Duration::from_millis(1)),
+            );
+            eprintln!(
+                "{policy} {mode:?}: {} page-ins, {} page-outs, {} clean evictions, {} minor faults",
+                s.page_ins, s.page_outs, s.clean_evictions, s.minor_faults
+            );
+        }
+    }
+}
