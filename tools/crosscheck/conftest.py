@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
 @pytest.fixture(scope="session")
-def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("crosscheck")
+def workdir():
+    """A scratch directory for the session's traces (a few hundred MB), removed at the end."""
+    with tempfile.TemporaryDirectory(prefix="memvisor-crosscheck-") as tmp:
+        yield Path(tmp)
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-np = pytest.importorskip("numpy", reason="numpy (a libcachesim dependency) is not installed")
+try:
+    import numpy as np
+except ImportError as e:
+    if os.environ.get("CI"):
+        raise  # in CI the cross-check must run: numpy comes with libcachesim (scripts/install)
+    pytest.skip(f"numpy cannot be imported ({e})", allow_module_level=True)
 
 import lackey  # noqa: E402
 import oracle_general  # noqa: E402
