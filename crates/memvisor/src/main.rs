@@ -2,6 +2,7 @@
 //! into the component crates; this file only parses arguments and reports errors.
 
 mod sim_command;
+mod source_args;
 mod trace_command;
 
 use std::process::ExitCode;

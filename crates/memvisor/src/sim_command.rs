@@ -8,10 +8,11 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use memvisor_policy::{InformationModel, PolicySpec};
 use memvisor_sim::{
-    miss_ratio_svg, CacheSize, RequestSource, SamplePeriod, SimConfig, SimError, Sweep,
-    DEFAULT_SAMPLE_ACCESSES, SWEEP_FRACTIONS,
+    miss_ratio_svg, CacheSize, SamplePeriod, SimConfig, SimError, Sweep, DEFAULT_SAMPLE_ACCESSES,
+    SWEEP_FRACTIONS,
 };
-use memvisor_trace::{TraceFormat, WorkloadSpec};
+
+use crate::source_args::{self, request_source, ArgError};
 
 /// The workload `memvisor sim` runs when given no trace and no workload.
 pub const BUILT_IN_WORKLOAD: &str =
@@ -79,20 +80,12 @@ pub enum SimCommandError {
     #[error(transparent)]
     Sim(#[from] SimError),
     /// A bad argument value.
-    #[error("{arg}: {reason}")]
-    BadArgument {
-        /// The argument.
-        arg: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
+    #[error(transparent)]
+    BadArgument(#[from] ArgError),
 }
 
 fn bad(arg: &'static str, reason: impl ToString) -> SimCommandError {
-    SimCommandError::BadArgument {
-        arg,
-        reason: reason.to_string(),
-    }
+    source_args::bad(arg, reason).into()
 }
 
 /// Parses a `--policy` list.
@@ -109,33 +102,6 @@ pub fn parse_policies(list: &str) -> Result<Vec<PolicySpec>, SimCommandError> {
         return Err(bad("--policy", "no policy given"));
     }
     Ok(out)
-}
-
-fn source(args: &SimArgs) -> Result<RequestSource, SimCommandError> {
-    if let Some(path) = &args.trace {
-        if !path.is_file() {
-            return Err(bad("--trace", format!("{}: no such file", path.display())));
-        }
-        let format = match &args.format {
-            Some(f) => f.parse::<TraceFormat>().map_err(|e| bad("--format", e))?,
-            None => TraceFormat::detect(path).ok_or_else(|| {
-                bad(
-                    "--format",
-                    format!(
-                        "cannot tell the format of {} from its name; give --format",
-                        path.display()
-                    ),
-                )
-            })?,
-        };
-        return Ok(RequestSource::Trace {
-            path: path.clone(),
-            format,
-        });
-    }
-    let spec = args.workload.as_deref().unwrap_or(BUILT_IN_WORKLOAD);
-    let workload: WorkloadSpec = spec.parse().map_err(|e| bad("--workload", e))?;
-    Ok(RequestSource::Workload(workload))
 }
 
 fn output_kind(path: &Path) -> Result<&'static str, SimCommandError> {
@@ -193,7 +159,12 @@ pub fn sweep_from_args(args: &SimArgs) -> Result<Sweep, SimCommandError> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     Ok(Sweep {
-        source: source(args)?,
+        source: request_source(
+            args.trace.as_deref(),
+            args.format.as_deref(),
+            args.workload.as_deref(),
+            BUILT_IN_WORKLOAD,
+        )?,
         policies: parse_policies(&args.policy)?,
         sizes,
         config: SimConfig { model, sample },

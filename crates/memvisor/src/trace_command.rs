@@ -4,8 +4,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use memvisor_sim::{RequestSource, SimError};
-use memvisor_trace::{write_oracle_general, write_text, TraceError, TraceFormat, WorkloadSpec};
+use memvisor_sim::SimError;
+use memvisor_trace::{write_oracle_general, write_text, TraceError};
+
+use crate::source_args::{request_source, ArgError};
 
 /// Arguments of `memvisor trace`.
 #[derive(Debug, Args)]
@@ -66,13 +68,8 @@ pub enum TraceCommandError {
     #[error(transparent)]
     Output(#[from] TraceError),
     /// A bad argument.
-    #[error("{arg}: {reason}")]
-    BadArgument {
-        /// The argument.
-        arg: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
+    #[error(transparent)]
+    BadArgument(#[from] ArgError),
     /// Moving the finished output into place failed.
     #[error("{path}: {source}")]
     Rename {
@@ -90,35 +87,6 @@ pub fn run(args: TraceArgs) -> Result<(), TraceCommandError> {
     }
 }
 
-fn source(c: &ConvertArgs) -> Result<RequestSource, TraceCommandError> {
-    let bad = |arg, reason: String| TraceCommandError::BadArgument { arg, reason };
-    if let Some(path) = &c.trace {
-        let format = match &c.format {
-            Some(f) => f
-                .parse::<TraceFormat>()
-                .map_err(|e| bad("--format", e.to_string()))?,
-            None => TraceFormat::detect(path).ok_or_else(|| {
-                bad(
-                    "--format",
-                    format!(
-                        "cannot tell the format of {} from its name; give --format",
-                        path.display()
-                    ),
-                )
-            })?,
-        };
-        return Ok(RequestSource::Trace {
-            path: path.clone(),
-            format,
-        });
-    }
-    let spec = c.workload.as_deref().unwrap_or_default();
-    let w: WorkloadSpec = spec
-        .parse()
-        .map_err(|e: TraceError| bad("--workload", e.to_string()))?;
-    Ok(RequestSource::Workload(w))
-}
-
 /// The output's temporary name while it is being written: beside it, so the rename is atomic.
 fn partial_path(output: &Path) -> PathBuf {
     let mut name = output.file_name().unwrap_or_default().to_os_string();
@@ -127,7 +95,12 @@ fn partial_path(output: &Path) -> PathBuf {
 }
 
 fn convert(c: ConvertArgs) -> Result<(), TraceCommandError> {
-    let source = source(&c)?;
+    let source = request_source(
+        c.trace.as_deref(),
+        c.format.as_deref(),
+        c.workload.as_deref(),
+        "",
+    )?;
     let partial = partial_path(&c.output);
     // Keep the compression suffix meaningful: write_* compress when the name ends in .zst.
     let temp = if c.output.extension().is_some_and(|e| e == "zst") {

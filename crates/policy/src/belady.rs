@@ -110,14 +110,8 @@ impl EvictionPolicy for Belady {
     fn name(&self) -> &'static str {
         "opt"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, unit: UnitId) {
         self.hit(unit);

@@ -219,14 +219,8 @@ impl EvictionPolicy for ChunkQueues {
     fn name(&self) -> &'static str {
         "chunk-queues"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, unit: UnitId) {
         let Some(slot) = self.units.slot(unit) else {

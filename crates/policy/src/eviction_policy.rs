@@ -1,6 +1,6 @@
 //! [`EvictionPolicy`]: the interface every policy implements, for the simulator and the pager.
 
-use crate::unit_table::UnitId;
+use crate::unit_table::{UnitId, UnitTable};
 
 /// How much a policy learns about accesses.
 ///
@@ -44,11 +44,18 @@ pub trait EvictionPolicy: Send {
     /// Short name, as the CLI spells it.
     fn name(&self) -> &'static str;
 
+    /// The resident units: ids, slots and reference bits. Read-only: only the policy changes it.
+    fn units(&self) -> &UnitTable;
+
     /// How many units may be resident.
-    fn capacity(&self) -> usize;
+    fn capacity(&self) -> usize {
+        self.units().capacity()
+    }
 
     /// How many units are resident.
-    fn len(&self) -> usize;
+    fn len(&self) -> usize {
+        self.units().len()
+    }
 
     /// Whether no unit is resident.
     fn is_empty(&self) -> bool {
@@ -56,7 +63,9 @@ pub trait EvictionPolicy: Send {
     }
 
     /// Whether `unit` is resident.
-    fn contains(&self, unit: UnitId) -> bool;
+    fn contains(&self, unit: UnitId) -> bool {
+        self.units().contains(unit)
+    }
 
     /// Exact model: resident `unit` was accessed.
     fn on_hit(&mut self, unit: UnitId);

@@ -28,14 +28,8 @@ impl EvictionPolicy for Fifo {
     fn name(&self) -> &'static str {
         "fifo"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, _unit: UnitId) {}
     fn mark_referenced(&mut self, unit: UnitId) {

@@ -30,14 +30,8 @@ impl EvictionPolicy for Lru {
     fn name(&self) -> &'static str {
         "lru"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, unit: UnitId) {
         if let Some(slot) = self.units.slot(unit) {

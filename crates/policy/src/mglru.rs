@@ -112,14 +112,8 @@ impl EvictionPolicy for Mglru {
     fn name(&self) -> &'static str {
         "mglru"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, unit: UnitId) {
         self.units.mark_referenced(unit);

@@ -209,14 +209,8 @@ impl EvictionPolicy for S3Fifo {
     fn name(&self) -> &'static str {
         "s3-fifo"
     }
-    fn capacity(&self) -> usize {
-        self.units.capacity()
-    }
-    fn len(&self) -> usize {
-        self.units.len()
-    }
-    fn contains(&self, unit: UnitId) -> bool {
-        self.units.contains(unit)
+    fn units(&self) -> &UnitTable {
+        &self.units
     }
     fn on_hit(&mut self, unit: UnitId) {
         if let Some(slot) = self.units.slot(unit) {
