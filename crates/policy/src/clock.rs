@@ -1,6 +1,6 @@
 //! [`Clock`]: second chance with one global hand.
 
-use crate::eviction_policy::EvictionPolicy;
+use crate::eviction_policy::{Access, EvictionPolicy, InformationModel};
 use crate::slot_lists::SlotLists;
 use crate::unit_table::{UnitId, UnitTable};
 
@@ -38,6 +38,18 @@ impl EvictionPolicy for Clock {
     }
     fn on_hit(&mut self, unit: UnitId) {
         self.units.mark_referenced(unit);
+    }
+    fn access(&mut self, unit: UnitId, _model: InformationModel) -> Access {
+        // Both models only set the bit: one lookup does the hit test and the update.
+        match self.units.slot(unit) {
+            Some(slot) => {
+                self.units.set_referenced(slot, true);
+                Access::Hit
+            }
+            None => Access::Miss {
+                victim: self.admit(unit),
+            },
+        }
     }
     fn mark_referenced(&mut self, unit: UnitId) {
         self.units.mark_referenced(unit);

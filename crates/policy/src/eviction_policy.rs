@@ -27,6 +27,18 @@ impl InformationModel {
     }
 }
 
+/// What one [`EvictionPolicy::access`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The unit was resident.
+    Hit,
+    /// The unit was brought in; `victim` left to make room (or is the unit itself, declined).
+    Miss {
+        /// The unit evicted, if any.
+        victim: Option<UnitId>,
+    },
+}
+
 /// A resident set of fixed capacity over units (pages or chunks) and the rule that picks victims.
 ///
 /// The driver (simulator or pager) calls, per access of unit `u`:
@@ -81,6 +93,24 @@ pub trait EvictionPolicy: Send {
     /// which is returned. A policy may decline to keep `unit` (admission control): it then
     /// returns `unit` itself as the victim.
     fn admit(&mut self, unit: UnitId) -> Option<UnitId>;
+
+    /// One access of `unit` in `model`, as a driver performs it: on a hit [`on_hit`](Self::on_hit)
+    /// (exact) or [`mark_referenced`](Self::mark_referenced) (sampled), on a miss
+    /// [`admit`](Self::admit). One dynamic call instead of two; policies may override it to look
+    /// the unit up once.
+    fn access(&mut self, unit: UnitId, model: InformationModel) -> Access {
+        if self.contains(unit) {
+            match model {
+                InformationModel::Exact => self.on_hit(unit),
+                InformationModel::Sampled => self.mark_referenced(unit),
+            }
+            Access::Hit
+        } else {
+            Access::Miss {
+                victim: self.admit(unit),
+            }
+        }
+    }
 
     /// Selects and removes a victim without bringing anything in; `None` if nothing is resident.
     fn evict(&mut self) -> Option<UnitId>;

@@ -36,7 +36,7 @@ pub use belady::Belady;
 pub use car::Car;
 pub use chunk_queues::ChunkQueues;
 pub use clock::Clock;
-pub use eviction_policy::{EvictionPolicy, InformationModel};
+pub use eviction_policy::{Access, EvictionPolicy, InformationModel};
 pub use fifo::Fifo;
 pub use lru::Lru;
 pub use mglru::Mglru;

@@ -1,6 +1,6 @@
 //! [`Lru`]: exact least recently used.
 
-use crate::eviction_policy::EvictionPolicy;
+use crate::eviction_policy::{Access, EvictionPolicy, InformationModel};
 use crate::slot_lists::SlotLists;
 use crate::unit_table::{UnitId, UnitTable};
 
@@ -35,7 +35,29 @@ impl EvictionPolicy for Lru {
     }
     fn on_hit(&mut self, unit: UnitId) {
         if let Some(slot) = self.units.slot(unit) {
-            self.recency.move_to_back(0, 0, slot);
+            // Already the most recent (a run of accesses to one unit): nothing moves.
+            if self.recency.back(0) != Some(slot) {
+                self.recency.move_to_back(0, 0, slot);
+            }
+        }
+    }
+    fn access(&mut self, unit: UnitId, model: InformationModel) -> Access {
+        // One lookup for both the hit test and the update.
+        match self.units.slot(unit) {
+            Some(slot) => {
+                match model {
+                    InformationModel::Exact => {
+                        if self.recency.back(0) != Some(slot) {
+                            self.recency.move_to_back(0, 0, slot);
+                        }
+                    }
+                    InformationModel::Sampled => self.units.set_referenced(slot, true),
+                }
+                Access::Hit
+            }
+            None => Access::Miss {
+                victim: self.admit(unit),
+            },
         }
     }
     fn mark_referenced(&mut self, unit: UnitId) {

@@ -100,3 +100,43 @@ fn every_policy_keeps_the_resident_set_consistent() {
         }
     }
 }
+
+#[test]
+fn access_does_what_the_separate_calls_do() {
+    use memvisor_policy::{Access, InformationModel};
+    for spec in PolicySpec::all().into_iter().filter(|s| !s.is_offline()) {
+        for model in [InformationModel::Exact, InformationModel::Sampled] {
+            let mut combined = spec.build(50, None).unwrap();
+            let mut separate = spec.build(50, None).unwrap();
+            let mut rng = Rng(7);
+            for i in 0..30_000 {
+                // Runs of repeats (the MRU shortcut) mixed with a skewed stream.
+                let unit = if rng.below(4) == 0 {
+                    rng.below(400)
+                } else {
+                    rng.below(60)
+                };
+                let expected = if separate.contains(unit) {
+                    match model {
+                        InformationModel::Exact => separate.on_hit(unit),
+                        InformationModel::Sampled => separate.mark_referenced(unit),
+                    }
+                    Access::Hit
+                } else {
+                    Access::Miss {
+                        victim: separate.admit(unit),
+                    }
+                };
+                assert_eq!(
+                    combined.access(unit, model),
+                    expected,
+                    "{spec} {model:?} step {i}"
+                );
+                if i % 101 == 0 {
+                    combined.on_sample();
+                    separate.on_sample();
+                }
+            }
+        }
+    }
+}

@@ -16,10 +16,10 @@ mod sweep;
 
 pub use cache_size::{CacheSize, SWEEP_FRACTIONS};
 pub use miss_ratio_plot::miss_ratio_svg;
-pub use request_source::{next_accesses, RequestSource, Requests, SourceProfile};
+pub use request_source::{next_accesses, RequestSource, RequestStream, Requests, SourceProfile};
 pub use sim_error::SimError;
 pub use simulation::{
-    simulate, SamplePeriod, SimConfig, SimOutcome, DEFAULT_SAMPLE_ACCESSES, MAX_SAMPLES_PER_GAP,
-    PROGRESS_EVERY,
+    simulate, simulate_stream, SamplePeriod, SimConfig, SimOutcome, BATCH, DEFAULT_SAMPLE_ACCESSES,
+    MAX_SAMPLES_PER_GAP, PROGRESS_EVERY,
 };
 pub use sweep::{Sweep, SweepReport, SweepRow};

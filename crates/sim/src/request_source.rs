@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use memvisor_policy::Future;
-use memvisor_trace::{open_trace, Request, TraceFormat, WorkloadSpec};
+use memvisor_trace::{open_trace, Request, TraceFormat, TraceReader, WorkloadSpec};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::sim_error::SimError;
@@ -26,6 +26,28 @@ pub enum RequestSource {
 /// A boxed stream of requests.
 pub type Requests = Box<dyn Iterator<Item = Result<Request, SimError>> + Send>;
 
+/// An open source read in batches (see [`crate::simulate_stream`]).
+pub enum RequestStream {
+    /// A trace file's reader.
+    Trace(TraceReader),
+    /// A workload's generator.
+    Workload(Box<dyn Iterator<Item = Request> + Send>),
+}
+
+impl RequestStream {
+    /// Appends up to `max` requests to `out`; returns whether more may follow.
+    pub fn next_batch(&mut self, out: &mut Vec<Request>, max: usize) -> Result<bool, SimError> {
+        match self {
+            Self::Trace(reader) => Ok(reader.next_batch(out, max)?),
+            Self::Workload(requests) => {
+                let before = out.len();
+                out.extend(requests.by_ref().take(max));
+                Ok(out.len() - before == max)
+            }
+        }
+    }
+}
+
 /// What one pass over a source found.
 #[derive(Debug, Clone)]
 pub struct SourceProfile {
@@ -46,6 +68,14 @@ impl RequestSource {
         }
     }
 
+    /// Opens the source from its start, for reading in batches.
+    pub fn stream(&self) -> Result<RequestStream, SimError> {
+        Ok(match self {
+            Self::Trace { path, format } => RequestStream::Trace(open_trace(path, format)?),
+            Self::Workload(spec) => RequestStream::Workload(Box::new(spec.requests())),
+        })
+    }
+
     /// Opens the stream from its start.
     pub fn open(&self) -> Result<Requests, SimError> {
         Ok(match self {
@@ -62,12 +92,20 @@ impl RequestSource {
         let mut requests = 0u64;
         let mut units: FxHashSet<u64> = FxHashSet::default();
         let mut ids: Vec<u64> = Vec::new();
-        for r in self.open()? {
-            let r = r?;
-            requests += 1;
-            units.insert(r.unit);
+        let mut stream = self.stream()?;
+        let mut batch = Vec::with_capacity(crate::simulation::BATCH);
+        loop {
+            batch.clear();
+            let more = stream.next_batch(&mut batch, crate::simulation::BATCH)?;
+            requests += batch.len() as u64;
+            for r in &batch {
+                units.insert(r.unit);
+            }
             if with_future {
-                ids.push(r.unit);
+                ids.extend(batch.iter().map(|r| r.unit));
+            }
+            if !more {
+                break;
             }
         }
         if requests == 0 {

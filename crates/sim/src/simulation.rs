@@ -2,9 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use memvisor_policy::{EvictionPolicy, InformationModel};
+use memvisor_policy::{Access, EvictionPolicy, InformationModel};
 use memvisor_trace::Request;
 
+use crate::request_source::RequestStream;
 use crate::sim_error::SimError;
 
 /// When the driver calls [`EvictionPolicy::on_sample`].
@@ -70,6 +71,9 @@ pub struct SimOutcome {
 /// How often [`simulate`] reports progress, in requests.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// Requests read per batch by [`simulate_stream`].
+pub const BATCH: usize = 4096;
+
 /// Runs `requests` through `policy`; calls `progress(n)` every [`PROGRESS_EVERY`] requests and
 /// at the end with the number processed since the previous call. Stops with `Cancelled` when
 /// `cancelled()` turns true (checked at progress points).
@@ -83,69 +87,136 @@ pub fn simulate<I>(
 where
     I: Iterator<Item = Result<Request, SimError>>,
 {
-    config.validate()?;
-    let start = Instant::now();
-    let mut out = SimOutcome::default();
-    let exact = config.model == InformationModel::Exact;
-    let mut until_sample = match config.sample {
-        SamplePeriod::Accesses(n) => n,
-        SamplePeriod::Time(_) => u64::MAX,
-    };
-    let mut next_sample_time: Option<u64> = None;
-    let mut until_progress = PROGRESS_EVERY;
+    let mut sim = Simulation::new(policy, config, progress, cancelled)?;
     for request in requests {
-        let Request { time, unit, .. } = request?;
-        if let SamplePeriod::Time(period) = config.sample {
-            let next = *next_sample_time.get_or_insert(time.saturating_add(period));
-            if time >= next {
-                let mut t = next;
-                let mut taken = 0;
-                while time >= t && taken < MAX_SAMPLES_PER_GAP {
-                    policy.on_sample();
-                    out.samples += 1;
-                    taken += 1;
-                    t = t.saturating_add(period);
-                }
-                next_sample_time = Some(if time >= t {
-                    time.saturating_add(period)
-                } else {
-                    t
-                });
-            }
+        sim.step(request?)?;
+    }
+    Ok(sim.finish())
+}
+
+/// [`simulate`] over a [`RequestStream`], read in batches of [`BATCH`] requests: the same
+/// result, without a dynamic call and a `Result` per request.
+pub fn simulate_stream(
+    policy: &mut dyn EvictionPolicy,
+    stream: &mut RequestStream,
+    config: &SimConfig,
+    progress: &dyn Fn(u64),
+    cancelled: &dyn Fn() -> bool,
+) -> Result<SimOutcome, SimError> {
+    let mut sim = Simulation::new(policy, config, progress, cancelled)?;
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        batch.clear();
+        let more = stream.next_batch(&mut batch, BATCH)?;
+        for &request in &batch {
+            sim.step(request)?;
         }
-        out.accesses += 1;
-        if policy.contains(unit) {
-            if exact {
-                policy.on_hit(unit);
-            } else {
-                policy.mark_referenced(unit);
-            }
-        } else {
-            out.misses += 1;
-            if policy.admit(unit).is_some() {
-                out.evictions += 1;
-            }
+        if !more {
+            return Ok(sim.finish());
         }
-        until_sample -= 1;
-        if until_sample == 0 {
+    }
+}
+
+/// The state of one run: the policy, the counters, and when the next sample and progress
+/// report are due.
+struct Simulation<'a> {
+    policy: &'a mut dyn EvictionPolicy,
+    sample: SamplePeriod,
+    model: InformationModel,
+    out: SimOutcome,
+    start: Instant,
+    until_sample: u64,
+    next_sample_time: Option<u64>,
+    until_progress: u64,
+    progress: &'a dyn Fn(u64),
+    cancelled: &'a dyn Fn() -> bool,
+}
+
+impl<'a> Simulation<'a> {
+    fn new(
+        policy: &'a mut dyn EvictionPolicy,
+        config: &SimConfig,
+        progress: &'a dyn Fn(u64),
+        cancelled: &'a dyn Fn() -> bool,
+    ) -> Result<Self, SimError> {
+        config.validate()?;
+        Ok(Self {
+            policy,
+            sample: config.sample,
+            model: config.model,
+            out: SimOutcome::default(),
+            start: Instant::now(),
+            until_sample: match config.sample {
+                SamplePeriod::Accesses(n) => n,
+                SamplePeriod::Time(_) => u64::MAX,
+            },
+            next_sample_time: None,
+            until_progress: PROGRESS_EVERY,
+            progress,
+            cancelled,
+        })
+    }
+
+    /// One request: samples due by trace time, the access, samples due by count, progress.
+    #[inline]
+    fn step(&mut self, request: Request) -> Result<(), SimError> {
+        let Request { time, unit, .. } = request;
+        if let SamplePeriod::Time(period) = self.sample {
+            self.sample_by_time(time, period);
+        }
+        let policy = &mut *self.policy;
+        self.out.accesses += 1;
+        if let Access::Miss { victim } = policy.access(unit, self.model) {
+            self.out.misses += 1;
+            self.out.evictions += u64::from(victim.is_some());
+        }
+        self.until_sample -= 1;
+        if self.until_sample == 0 {
             policy.on_sample();
-            out.samples += 1;
-            if let SamplePeriod::Accesses(n) = config.sample {
-                until_sample = n;
+            self.out.samples += 1;
+            if let SamplePeriod::Accesses(n) = self.sample {
+                self.until_sample = n;
             }
         }
-        until_progress -= 1;
-        if until_progress == 0 {
-            progress(PROGRESS_EVERY);
-            until_progress = PROGRESS_EVERY;
-            if cancelled() {
+        self.until_progress -= 1;
+        if self.until_progress == 0 {
+            (self.progress)(PROGRESS_EVERY);
+            self.until_progress = PROGRESS_EVERY;
+            if (self.cancelled)() {
                 return Err(SimError::Cancelled);
             }
         }
+        Ok(())
     }
-    progress(PROGRESS_EVERY - until_progress);
-    out.elapsed = start.elapsed();
-    Ok(out)
+
+    /// Samples once per period boundary that `time` passed, at most [`MAX_SAMPLES_PER_GAP`].
+    fn sample_by_time(&mut self, time: u64, period: u64) {
+        let next = *self
+            .next_sample_time
+            .get_or_insert(time.saturating_add(period));
+        if time < next {
+            return;
+        }
+        let mut t = next;
+        let mut taken = 0;
+        while time >= t && taken < MAX_SAMPLES_PER_GAP {
+            self.policy.on_sample();
+            self.out.samples += 1;
+            taken += 1;
+            t = t.saturating_add(period);
+        }
+        self.next_sample_time = Some(if time >= t {
+            time.saturating_add(period)
+        } else {
+            t
+        });
+    }
+
+    fn finish(mut self) -> SimOutcome {
+        (self.progress)(PROGRESS_EVERY - self.until_progress);
+        self.out.elapsed = self.start.elapsed();
+        self.out
+    }
 }
 
 #[cfg(test)]

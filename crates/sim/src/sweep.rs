@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::cache_size::CacheSize;
 use crate::request_source::RequestSource;
 use crate::sim_error::SimError;
-use crate::simulation::{simulate, SamplePeriod, SimConfig};
+use crate::simulation::{simulate_stream, SamplePeriod, SimConfig};
 
 /// The name of Belady's OPT in the policy library.
 const OPT: &str = "opt";
@@ -185,9 +185,9 @@ impl Sweep {
         failed: &AtomicBool,
     ) -> Result<SweepRow, SimError> {
         let mut policy = spec.build(size as usize, future)?;
-        let outcome = simulate(
+        let outcome = simulate_stream(
             policy.as_mut(),
-            self.source.open()?,
+            &mut self.source.stream()?,
             &self.config,
             progress,
             &|| failed.load(Ordering::Relaxed),

@@ -2,7 +2,7 @@
 //! [`write_oracle_general`].
 
 use std::collections::HashMap;
-use std::io::{BufReader, ErrorKind, Read};
+use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -71,7 +71,16 @@ impl OracleGeneralReader {
     /// The next request (its time is the record's time field).
     pub(crate) fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
         let mut buf = [0u8; ORACLE_GENERAL_RECORD_SIZE];
-        let len = self.read_record(&mut buf)?;
+        // Fast path: decode straight from the buffered bytes; the slow path handles refills
+        // and records split across reads.
+        let buffered = self.input.buffer();
+        let len = if buffered.len() >= ORACLE_GENERAL_RECORD_SIZE {
+            buf.copy_from_slice(&buffered[..ORACLE_GENERAL_RECORD_SIZE]);
+            self.input.consume(ORACLE_GENERAL_RECORD_SIZE);
+            ORACLE_GENERAL_RECORD_SIZE
+        } else {
+            self.read_record(&mut buf)?
+        };
         if len == 0 {
             return Ok(None);
         }
@@ -84,6 +93,62 @@ impl OracleGeneralReader {
                 record_size: ORACLE_GENERAL_RECORD_SIZE,
             });
         }
+        let request = self.decode(&buf)?;
+        self.record += 1;
+        Ok(Some(request))
+    }
+
+    /// Appends up to `max` requests to `out`, decoding whole buffers of records at a time;
+    /// returns whether more may follow. Same requests and errors as `next_request`.
+    pub(crate) fn next_batch(
+        &mut self,
+        out: &mut Vec<Request>,
+        max: usize,
+    ) -> Result<bool, TraceError> {
+        let mut left = max;
+        while left > 0 {
+            let whole = self.input.buffer().len() / ORACLE_GENERAL_RECORD_SIZE;
+            if whole == 0 {
+                // Refill (or finish, or report a partial record) through the one-record path.
+                match self.next_request()? {
+                    Some(request) => {
+                        out.push(request);
+                        left -= 1;
+                        continue;
+                    }
+                    None => return Ok(false),
+                }
+            }
+            let take = whole.min(left);
+            let mut decoded = 0;
+            let mut failure = None;
+            for record in self.input.buffer()[..take * ORACLE_GENERAL_RECORD_SIZE]
+                .chunks_exact(ORACLE_GENERAL_RECORD_SIZE)
+            {
+                match self.decode(record.try_into().expect("exact chunks")) {
+                    Ok(request) => {
+                        out.push(request);
+                        self.record += 1;
+                        decoded += 1;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            self.input.consume(decoded * ORACLE_GENERAL_RECORD_SIZE);
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            left -= take;
+        }
+        Ok(true)
+    }
+
+    /// Decodes the record at the current position.
+    #[inline]
+    fn decode(&self, buf: &[u8; ORACLE_GENERAL_RECORD_SIZE]) -> Result<Request, TraceError> {
         let time = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
         let unit = u64::from_le_bytes(buf[4..12].try_into().expect("8 bytes"));
         let next = i64::from_le_bytes(buf[16..24].try_into().expect("8 bytes"));
@@ -102,12 +167,11 @@ impl OracleGeneralReader {
                 )))
             }
         };
-        self.record += 1;
-        Ok(Some(Request {
+        Ok(Request {
             time: u64::from(time),
             unit,
             next_access,
-        }))
+        })
     }
 }
 

@@ -156,6 +156,40 @@ impl TraceReader {
     }
 }
 
+impl TraceReader {
+    /// Appends up to `max` requests to `out`: the same requests, in the same order, as that many
+    /// calls of `next`, without a call and a `Result` per request. Returns whether the trace may
+    /// have more (false at its end). After an error, which is returned, the reader is done.
+    pub fn next_batch(&mut self, out: &mut Vec<Request>, max: usize) -> Result<bool, TraceError> {
+        if let State::OracleGeneral(r) = &mut self.state {
+            let before = out.len();
+            let result = r.next_batch(out, max);
+            self.count += (out.len() - before) as u64;
+            if !matches!(result, Ok(true)) {
+                self.state = State::Done;
+            }
+            return result;
+        }
+        for _ in 0..max {
+            match self.step() {
+                Ok(Some(request)) => {
+                    self.count += 1;
+                    out.push(request);
+                }
+                Ok(None) => {
+                    self.state = State::Done;
+                    return Ok(false);
+                }
+                Err(e) => {
+                    self.state = State::Done;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
 impl Iterator for TraceReader {
     type Item = Result<Request, TraceError>;
 
@@ -186,5 +220,105 @@ impl std::fmt::Debug for TraceReader {
             .field("format", &self.format)
             .field("requests_read", &self.count)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(data: &str) -> TraceReader {
+        let input = Box::new(Cursor::new(data.as_bytes().to_vec()));
+        TraceReader::from_reader(input, "mem.txt", &TraceFormat::Text)
+    }
+
+    #[test]
+    fn batches_yield_what_the_iterator_yields() {
+        let data: String = (0..1000).map(|i| format!("{}\n", i * 7 % 31)).collect();
+        let one_by_one: Vec<Request> = reader(&data).map(Result::unwrap).collect();
+        let mut r = reader(&data);
+        let mut batched = Vec::new();
+        while r.next_batch(&mut batched, 64).unwrap() {}
+        assert_eq!(batched, one_by_one);
+        assert_eq!(r.requests_read(), 1000);
+        assert!(!r.next_batch(&mut batched, 64).unwrap());
+    }
+
+    #[test]
+    fn a_batch_stops_at_an_error_and_keeps_what_came_before() {
+        let mut r = reader("1\n2\nx\n4\n");
+        let mut out = Vec::new();
+        let e = r.next_batch(&mut out, 10).unwrap_err();
+        assert!(e.to_string().contains("mem.txt:3"), "{e}");
+        assert_eq!(out.len(), 2);
+        assert!(!r.next_batch(&mut out, 10).unwrap());
+    }
+
+    fn oracle_records(n: u64) -> Vec<u8> {
+        let mut data = Vec::new();
+        for i in 0..n {
+            data.extend_from_slice(&(i as u32).to_le_bytes());
+            data.extend_from_slice(&(i % 97).to_le_bytes());
+            data.extend_from_slice(&1u32.to_le_bytes());
+            let next: i64 = if i + 97 < n { (i + 97 + 1) as i64 } else { -1 };
+            data.extend_from_slice(&next.to_le_bytes());
+        }
+        data
+    }
+
+    /// Reads `data` one by one and in batches of `batch`: the requests and the error message.
+    fn both_ways(data: &[u8], batch: usize) -> [(Vec<Request>, Option<String>); 2] {
+        let open = || {
+            TraceReader::from_reader(
+                Box::new(Cursor::new(data.to_vec())),
+                "mem.oracleGeneral",
+                &TraceFormat::OracleGeneral,
+            )
+        };
+        let mut one = (Vec::new(), None);
+        for r in open() {
+            match r {
+                Ok(req) => one.0.push(req),
+                Err(e) => one.1 = Some(e.to_string()),
+            }
+        }
+        let mut batched = (Vec::new(), None);
+        let mut reader = open();
+        loop {
+            match reader.next_batch(&mut batched.0, batch) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    batched.1 = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        assert_eq!(reader.requests_read(), batched.0.len() as u64);
+        [one, batched]
+    }
+
+    #[test]
+    fn oracle_general_batches_match_records_read_one_by_one() {
+        // Enough records to cross the 64 KiB buffer several times at odd batch sizes.
+        let good = oracle_records(20_000);
+        for batch in [1, 7, 4096, 100_000] {
+            let [one, batched] = both_ways(&good, batch);
+            assert_eq!(one.0.len(), 20_000);
+            assert_eq!(one, batched, "batch {batch}");
+        }
+        // A bad next-access field in record 12,345, then a trailing partial record.
+        let mut bad = good.clone();
+        bad[12_345 * 24 + 16..12_345 * 24 + 24].copy_from_slice(&0i64.to_le_bytes());
+        let mut partial = good;
+        partial.extend_from_slice(&[1, 2, 3]);
+        for (data, at) in [(bad, "record 12345"), (partial, "record 20000")] {
+            for batch in [1, 7, 4096] {
+                let [one, batched] = both_ways(&data, batch);
+                let msg = one.1.clone().expect("an error");
+                assert!(msg.contains(at), "{msg}");
+                assert_eq!(one, batched, "batch {batch}");
+            }
+        }
     }
 }
