@@ -29,7 +29,7 @@ pub type Requests = Box<dyn Iterator<Item = Result<Request, SimError>> + Send>;
 /// An open source read in batches (see [`crate::simulate_stream`]).
 pub enum RequestStream {
     /// A trace file's reader.
-    Trace(TraceReader),
+    Trace(Box<TraceReader>),
     /// A workload's generator.
     Workload(Box<dyn Iterator<Item = Request> + Send>),
 }
@@ -71,7 +71,9 @@ impl RequestSource {
     /// Opens the source from its start, for reading in batches.
     pub fn stream(&self) -> Result<RequestStream, SimError> {
         Ok(match self {
-            Self::Trace { path, format } => RequestStream::Trace(open_trace(path, format)?),
+            Self::Trace { path, format } => {
+                RequestStream::Trace(Box::new(open_trace(path, format)?))
+            }
             Self::Workload(spec) => RequestStream::Workload(Box::new(spec.requests())),
         })
     }
