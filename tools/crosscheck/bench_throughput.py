@@ -96,7 +96,8 @@ def main() -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         spec = f"zipf:n={args.zipf_n}:alpha=0.9:len={args.zipf_len}"
-        zipf = workdir / "zipf-0.9-bench.oracleGeneral"
+        # The name carries the parameters, so a kept workdir never serves a trace of others.
+        zipf = workdir / f"zipf-0.9-n{args.zipf_n}-len{args.zipf_len}.oracleGeneral"
         if not zipf.exists():
             memvisor_cli.convert(["--workload", spec], zipf)
         bench_traces = [traces.finish("zipf-0.9", f"memvisor workload `{spec}`", zipf, workdir)]
