@@ -21,6 +21,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use memvisor_policy::DeterministicRng as Rng;
 use memvisor_policy::{ChunkQueues, EvictionPolicy, PolicySpec, UnitId};
 
 const BATCH: usize = 64;
@@ -31,21 +32,6 @@ const ROUNDS: usize = 12;
 const BATCHES_PER_ROUND: usize = 150;
 /// Fraction of resident units referenced between two samples, in percent.
 const REFERENCED_PERCENT: usize = 10;
-
-/// SplitMix64, so runs are reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Median and 99th percentile of `values` (nanoseconds).
 #[derive(Debug, Clone, Copy)]
@@ -161,7 +147,7 @@ fn measure(spec: &PolicySpec, units: usize) -> Row {
     let mut b = Bench {
         policy,
         next_id: 0,
-        rng: Rng(0x5eed ^ units as u64),
+        rng: Rng::new(0x5eed ^ units as u64),
     };
     let mut scratch = Vec::with_capacity(units / 5 + BATCH);
     let (mut admit, mut evict, mut hit, mut sample) = (vec![], vec![], vec![], vec![]);
@@ -204,7 +190,7 @@ struct SelectionRow {
 }
 
 fn measure_selection(units: usize) -> SelectionRow {
-    let mut rng = Rng(0xdec1 ^ units as u64);
+    let mut rng = Rng::new(0xdec1 ^ units as u64);
     let mut cq = ChunkQueues::new(units, ChunkQueues::DEFAULT_M, 1);
     for u in 0..units as u64 {
         cq.admit(u);
@@ -228,7 +214,7 @@ fn measure_selection(units: usize) -> SelectionRow {
         next += 1;
         cq.admit(next);
     }
-    let counters: Vec<u8> = (0..units).map(|_| rng.next() as u8).collect();
+    let counters: Vec<u8> = (0..units).map(|_| rng.next_u64() as u8).collect();
     let scans = (1 << 26) / units.max(1);
     let mut scan = Vec::new();
     for _ in 0..scans.clamp(16, 2000) {

@@ -154,17 +154,8 @@ impl EvictionPolicy for Aging {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deterministic_rng::DeterministicRng as Rng;
     use std::collections::HashMap;
-
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
 
     #[test]
     fn unreferenced_units_leave_in_admission_order() {
@@ -208,7 +199,7 @@ mod tests {
             let mut a = Aging::new(cap, bits);
             let mut counters: HashMap<u64, u32> = HashMap::new();
             let mut referenced: HashMap<u64, bool> = HashMap::new();
-            let mut rng = Rng(0x9e37_79b9 + u64::from(bits));
+            let mut rng = Rng::new(0x9e37_79b9 + u64::from(bits));
             for step in 0..30_000 {
                 let u = rng.below(60);
                 if counters.contains_key(&u) {

@@ -331,17 +331,8 @@ impl QueueBitmap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deterministic_rng::DeterministicRng as Rng;
     use std::collections::{HashSet, VecDeque};
-
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
 
     /// The rule, literally: a vector of 2^m queues of unit ids.
     struct Reference {
@@ -447,7 +438,7 @@ mod tests {
         let universe = 120;
         let mut p = ChunkQueues::new(cap, m, age_every);
         let mut r = Reference::new(cap, m, u64::from(age_every));
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         for step in 0..steps {
             let ctx = format!("m={m} age_every={age_every} mode={mode} seed={seed} step={step}");
             let u = if rng.below(2) == 0 {

@@ -194,17 +194,8 @@ impl EvictionPolicy for Mglru {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deterministic_rng::DeterministicRng as Rng;
     use std::collections::VecDeque;
-
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
 
     #[test]
     fn eviction_promotes_referenced_units() {
@@ -327,7 +318,7 @@ mod tests {
                     max_gens: gens as usize,
                     capacity: cap,
                 };
-                let mut rng = Rng(seed * 0x2545_f491_4f6c_dd1d);
+                let mut rng = Rng::new(seed * 0x2545_f491_4f6c_dd1d);
                 for step in 0..20_000 {
                     let ctx = format!("gens={gens} seed={seed} step={step}");
                     let u = if rng.below(2) == 0 {

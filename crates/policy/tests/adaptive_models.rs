@@ -4,17 +4,8 @@
 
 use std::collections::VecDeque;
 
+use memvisor_policy::DeterministicRng as Rng;
 use memvisor_policy::{Arc, Car, EvictionPolicy, S3Fifo, Sieve};
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Drives `p` and `reference` with the same stream; the reference returns (hit, victim).
 fn compare(
@@ -23,7 +14,7 @@ fn compare(
     universe: u64,
     seed: u64,
 ) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for i in 0..50_000 {
         // Skewed stream with phases: a hot eighth, the whole universe, and short loops.
         let u = match (i / 5_000) % 3 {

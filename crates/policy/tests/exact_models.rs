@@ -2,17 +2,8 @@
 
 use std::collections::VecDeque;
 
+use memvisor_policy::DeterministicRng as Rng;
 use memvisor_policy::{Clock, EvictionPolicy, Fifo, Lru};
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Drives `p` and `reference` with the same stream; the reference returns (hit, victim).
 fn compare(
@@ -20,7 +11,7 @@ fn compare(
     mut reference: impl FnMut(u64) -> (bool, Option<u64>),
     universe: u64,
 ) {
-    let mut rng = Rng(0x1234_5678);
+    let mut rng = Rng::new(0x1234_5678);
     for i in 0..50_000 {
         // Skewed stream: half the accesses go to an eighth of the universe.
         let u = if rng.below(2) == 0 {

@@ -5,26 +5,12 @@
 
 use std::collections::HashSet;
 
+use memvisor_policy::DeterministicRng as Rng;
 use memvisor_policy::{EvictionPolicy, PolicySpec};
-
-/// A small deterministic generator (SplitMix64) so failures replay.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn check_against_shadow(spec: &PolicySpec, capacity: usize, universe: u64, seed: u64) {
     let ops = 20_000usize;
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     // Offline policies get the future of the access stream; generate it first.
     let stream: Vec<u64> = (0..ops).map(|_| rng.below(universe)).collect();
     let future = spec.is_offline().then(|| {
@@ -108,7 +94,7 @@ fn access_does_what_the_separate_calls_do() {
         for model in [InformationModel::Exact, InformationModel::Sampled] {
             let mut combined = spec.build(50, None).unwrap();
             let mut separate = spec.build(50, None).unwrap();
-            let mut rng = Rng(7);
+            let mut rng = Rng::new(7);
             for i in 0..30_000 {
                 // Runs of repeats (the MRU shortcut) mixed with a skewed stream.
                 let unit = if rng.below(4) == 0 {
