@@ -14,6 +14,14 @@ use crate::simulation::{simulate_stream, SamplePeriod, SimConfig};
 /// The name of Belady's OPT in the policy library.
 const OPT: &str = "opt";
 
+/// The capacity to build for a resident set of `size` units over a trace of `footprint`
+/// distinct units. A set that can hold every unit never evicts, under any policy here, so a
+/// larger one behaves exactly like one of the footprint's size: capping it keeps `--size 1G` on
+/// a small trace from allocating a billion-unit table, and changes no result.
+fn capacity_for(size: u64, footprint: u64) -> usize {
+    usize::try_from(size.min(footprint.max(1))).unwrap_or(usize::MAX)
+}
+
 /// What to simulate.
 #[derive(Debug, Clone)]
 pub struct Sweep {
@@ -101,10 +109,12 @@ impl Sweep {
             .collect();
         sizes.sort_unstable();
         sizes.dedup();
-        for &size in &sizes {
-            // Build once to surface bad parameters and sizes before any long run.
+        // Surface bad parameters and sizes before any long run: every build error depends on
+        // the policy or on the size being too large, so building at the largest size suffices.
+        let footprint = profile.unique_units;
+        if let Some(&largest) = sizes.last() {
             for p in &policies {
-                p.build(size as usize, profile.future.clone())?;
+                p.build(capacity_for(largest, footprint), profile.future.clone())?;
             }
         }
         let jobs: Vec<(usize, u64)> = (0..policies.len())
@@ -128,6 +138,7 @@ impl Sweep {
                     match self.run_one(
                         &policies[p],
                         size,
+                        capacity_for(size, footprint),
                         profile.future.clone(),
                         progress,
                         &failed,
@@ -180,11 +191,12 @@ impl Sweep {
         &self,
         spec: &PolicySpec,
         size: u64,
+        capacity: usize,
         future: Option<Future>,
         progress: &(dyn Fn(u64) + Sync),
         failed: &AtomicBool,
     ) -> Result<SweepRow, SimError> {
-        let mut policy = spec.build(size as usize, future)?;
+        let mut policy = spec.build(capacity, future)?;
         let outcome = simulate_stream(
             policy.as_mut(),
             &mut self.source.stream()?,

@@ -56,3 +56,41 @@ fn batched_and_iterated_runs_agree_for_every_policy_and_model() {
         }
     }
 }
+
+#[test]
+fn sizes_beyond_the_footprint_only_miss_compulsorily() {
+    use memvisor_sim::{CacheSize, Sweep};
+    let workload: memvisor_trace::WorkloadSpec = "zipf:n=300:alpha=0.7:len=5000".parse().unwrap();
+    let footprint = RequestSource::Workload(workload.clone())
+        .profile(false)
+        .unwrap()
+        .unique_units;
+    let sweep = Sweep {
+        source: RequestSource::Workload(workload.clone()),
+        policies: PolicySpec::all(),
+        // Far beyond the footprint: capped when built, reported as asked.
+        sizes: vec![CacheSize::Units(1 << 30), CacheSize::Units(footprint)],
+        config: SimConfig::default(),
+        with_opt: true,
+        threads: 2,
+    };
+    let report = sweep.run(&|_| {}, &|_| {}).unwrap();
+    for row in &report.rows {
+        assert_eq!(row.misses, footprint, "{} at {}", row.policy, row.size);
+    }
+    assert!(report.rows.iter().any(|r| r.size == 1 << 30));
+    // Uncapped, at a size above the footprint but small enough to build: the same misses.
+    for spec in PolicySpec::all().into_iter().filter(|s| !s.is_offline()) {
+        let mut p = spec.build(footprint as usize * 3, None).unwrap();
+        let source = RequestSource::Workload(workload.clone());
+        let out = simulate(
+            p.as_mut(),
+            source.open().unwrap(),
+            &SimConfig::default(),
+            &|_| {},
+            &|| false,
+        )
+        .unwrap();
+        assert_eq!(out.misses, footprint, "{spec}");
+    }
+}
