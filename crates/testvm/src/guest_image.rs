@@ -21,7 +21,12 @@ pub struct GuestImage {
 
 /// The workspace root (this crate lives at `crates/testvm`).
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest_dir)
+        .to_path_buf()
 }
 
 /// Serializes builds within one process (the script also holds a file lock across processes).
