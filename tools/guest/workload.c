@@ -4,6 +4,8 @@
  *   workload mem MIB [--patterns seq,rev,random,zipf] [--passes N] [--seed S] [--alpha A]
  *   workload disk DEV PATTERN (SECONDS | --reads N) [--block B] [--seed S] [--alpha A] [--verify]
  *   workload noop
+ *   workload selftest                checks the Zipf sampler, the scatter bijection, the page
+ *                                    pattern and the command line parser
  *   workload cmdline [FILE]          run the commands in memvisor.run="..." of FILE
  *                                    (default /proc/cmdline); commands are separated by ';'
  *   workload make-disk-image FILE MIB   write an image whose 4 KiB units carry a known pattern
@@ -399,6 +401,10 @@ static int cmd_disk(int argc, char **argv) {
         const char *v;
         if (strcmp(argv[i], "--reads") == 0) {
             if (!(v = option_value(argc, argv, &i))) return 2;
+            if (have_amount) {
+                error_line("disk: give either SECONDS or --reads N, not both");
+                return 2;
+            }
             if (!parse_u64(v, &reads_limit) || reads_limit == 0) {
                 error_line("disk: --reads must be a positive number, got '%s'", v);
                 return 2;
@@ -549,6 +555,83 @@ static int cmd_make_disk_image(int argc, char **argv) {
     return 0;
 }
 
+static bool cmdline_value(const char *line, char *out, size_t cap);
+
+/* ---- selftest -------------------------------------------------------------------------------- */
+
+/* Checks the generators and the page pattern; prints one error line per failed check. */
+static int cmd_selftest(void) {
+    int failures = 0;
+    const double alphas[] = {0.5, 0.99, 1.5};
+    for (int a = 0; a < 3; a++) {
+        const uint64_t n = 1000, samples = 2000000;
+        static uint64_t counts[1000];
+        memset(counts, 0, sizeof counts);
+        struct zipf z;
+        struct rng r = {(uint64_t)a + 1};
+        zipf_init(&z, n, alphas[a]);
+        for (uint64_t i = 0; i < samples; i++) {
+            uint64_t k = zipf_next(&z, &r);
+            if (k >= n) {
+                error_line("selftest: zipf(%g) returned rank %" PRIu64 " of %" PRIu64, alphas[a], k, n);
+                return 2;
+            }
+            counts[k]++;
+        }
+        double norm = 0.0;
+        for (uint64_t k = 1; k <= n; k++) norm += pow((double)k, -alphas[a]);
+        for (uint64_t k = 0; k < 5; k++) {
+            double expected = pow((double)(k + 1), -alphas[a]) / norm;
+            double seen = (double)counts[k] / (double)samples;
+            if (fabs(seen - expected) > 0.02 * expected) {
+                error_line("selftest: zipf(%g) rank %" PRIu64 " has frequency %.5f, expected %.5f", alphas[a], k, seen,
+                           expected);
+                failures++;
+            }
+        }
+    }
+    const uint64_t sizes[] = {1, 2, 3, 1000, 65536, 196608};
+    for (int i = 0; i < 6; i++) {
+        uint64_t n = sizes[i];
+        unsigned char *seen = calloc(n, 1);
+        struct scatter sc;
+        scatter_init(&sc, n, 7);
+        for (uint64_t r = 0; r < n && seen; r++) {
+            uint64_t m = scatter_map(&sc, r);
+            if (m >= n || seen[m]++) {
+                error_line("selftest: scatter over %" PRIu64 " is not a bijection (rank %" PRIu64 ")", n, r);
+                failures++;
+                break;
+            }
+        }
+        free(seen);
+    }
+    static uint64_t page[WORDS];
+    fill_unit(page, 12345, 99);
+    if (!check_unit(page, 12345, 99) || check_unit(page, 12346, 99) || check_unit(page, 12345, 98)) {
+        error_line("selftest: a page does not verify as itself only");
+        failures++;
+    }
+    for (unsigned bit = 0; bit < PAGE * 8; bit += 97) {
+        page[bit / 64] ^= 1ull << (bit % 64);
+        bool ok = check_unit(page, 12345, 99);
+        page[bit / 64] ^= 1ull << (bit % 64);
+        if (ok) {
+            error_line("selftest: flipping bit %u of a page goes unnoticed", bit);
+            failures++;
+            break;
+        }
+    }
+    char value[64];
+    if (!cmdline_value("a=1 xmemvisor.run=no memvisor.run=\"mem 8; noop\" quiet", value, sizeof value) ||
+        strcmp(value, "mem 8; noop") != 0 || cmdline_value("memvisor.runx=1", value, sizeof value)) {
+        error_line("selftest: memvisor.run= is not extracted from a kernel command line");
+        failures++;
+    }
+    result_line("selftest checks_failed=%d", failures);
+    return failures ? 2 : 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 static int run_command(int argc, char **argv) {
@@ -558,6 +641,7 @@ static int run_command(int argc, char **argv) {
     }
     if (strcmp(argv[0], "mem") == 0) return cmd_mem(argc, argv);
     if (strcmp(argv[0], "disk") == 0) return cmd_disk(argc, argv);
+    if (strcmp(argv[0], "selftest") == 0) return cmd_selftest();
     if (strcmp(argv[0], "noop") == 0) {
         if (argc != 1) {
             error_line("noop takes no arguments, got '%s'", argv[1]);
