@@ -15,6 +15,12 @@ use crate::result_line::{parse_result_line, WorkloadResult};
 /// Console lines kept in error messages.
 const TAIL_LINES: usize = 20;
 
+/// How often `wait` checks whether the program exited while the console is quiet.
+const POLL: Duration = Duration::from_millis(200);
+
+/// How long the console may stay open after the program exited.
+const CONSOLE_GRACE: Duration = Duration::from_secs(2);
+
 /// What the console reader thread reports.
 enum ConsoleEvent {
     Line(String),
@@ -108,9 +114,10 @@ impl RunningGuest {
         let mut parse_error = None;
         let mut boot = None;
         let mut timed_out = false;
+        let mut exited_at = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.console_rx.recv_timeout(left) {
+            match self.console_rx.recv_timeout(left.min(POLL)) {
                 Ok(ConsoleEvent::Line(line)) => {
                     if let Some(parsed) = parse_result_line(&line, console.len() + 1) {
                         match parsed {
@@ -130,8 +137,18 @@ impl RunningGuest {
                 }
                 Ok(ConsoleEvent::Closed) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {
-                    timed_out = true;
-                    break;
+                    if Instant::now() >= deadline {
+                        timed_out = true;
+                        break;
+                    }
+                    // The program exited but something it started still holds the console
+                    // open: stop reading after a grace period (the group is killed below).
+                    if exited_at.is_none() && matches!(self.child.try_wait(), Ok(Some(_))) {
+                        exited_at = Some(Instant::now());
+                    }
+                    if exited_at.is_some_and(|t: Instant| t.elapsed() >= CONSOLE_GRACE) {
+                        break;
+                    }
                 }
             }
         }

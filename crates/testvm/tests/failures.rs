@@ -142,3 +142,43 @@ fn timeout_kills_wrapper_and_qemu() {
         .collect();
     assert!(survivors.is_empty(), "processes left behind: {survivors:?}");
 }
+
+/// A wrapper that leaves a process behind holding the console open: the run still ends soon
+/// after QEMU, and the leftover is killed with the group.
+#[test]
+fn leftover_holding_the_console_is_cleaned_up() {
+    let Some(image) = common::image_or_skip("leftover_holding_the_console_is_cleaned_up") else {
+        return;
+    };
+    let qemu = GuestConfig::new(128, "noop").command(&image).unwrap();
+    let mut wrapped = Command::new("sh");
+    wrapped
+        .arg("-c")
+        .arg("\"$@\"; status=$?; sleep 31.4159 & exit $status")
+        .arg("wrapper")
+        .arg(qemu.get_program())
+        .args(qemu.get_args());
+    let started = Instant::now();
+    let run = RunningGuest::spawn(wrapped)
+        .unwrap()
+        .wait(Duration::from_secs(60))
+        .unwrap();
+    assert!(run.ok());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let leftovers: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| c == b"sleep\x0031.4159\x00")
+                .unwrap_or(false)
+        })
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leftovers.is_empty(), "processes left behind: {leftovers:?}");
+}
