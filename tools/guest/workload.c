@@ -680,6 +680,18 @@ static bool cmdline_value(const char *line, char *out, size_t cap) {
     return true;
 }
 
+/* MemAvailable from /proc/meminfo in KiB, or -1. */
+static long long mem_available_kib(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[128];
+    long long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
 static int cmd_cmdline(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : "/proc/cmdline";
     static char line[MAX_CMDLINE], value[MAX_CMDLINE];
@@ -703,7 +715,8 @@ static int cmd_cmdline(int argc, char **argv) {
         error_line("no memvisor.run=\"...\" on the kernel command line");
         return 2;
     }
-    printf("MEMVISOR-RESULT start uptime_ms=%.0f command=\"", uptime * 1e3);
+    printf("MEMVISOR-RESULT start uptime_ms=%.0f mem_available_kib=%lld command=\"", uptime * 1e3,
+           mem_available_kib());
     for (const char *c = value; *c; c++) {
         if (*c == '"' || *c == '\\') putchar('\\');
         putchar(*c);

@@ -13,9 +13,12 @@ use memvisor_testvm::{DiskCache, DiskConfig, GuestConfig, GuestImage, GuestRun, 
 
 fn report(label: &str, run: &GuestRun) {
     println!(
-        "\n{label}: boot (spawn to workload start) {:.2} s, guest uptime at start {:.0} ms, total {:.2} s",
+        "\n{label}: boot (spawn to workload start) {:.2} s, guest uptime at start {:.0} ms, \
+         MemAvailable {} MiB, total {:.2} s",
         run.boot.map_or(f64::NAN, |b| b.as_secs_f64()),
         run.guest_uptime_at_start_ms().unwrap_or(f64::NAN),
+        run.guest_mem_available_kib()
+            .map_or(-1, |k| k as i64 / 1024),
         run.elapsed.as_secs_f64()
     );
     for p in run.mem_phases() {
@@ -66,8 +69,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let image = GuestImage::locate_or_build()?;
     let timeout = Duration::from_secs(300);
 
-    let run = GuestConfig::new(512, "noop").timeout(timeout).run(&image)?;
-    report("noop, 512 MiB anonymous", &run.verified()?);
+    for mib in [128, 256, 512, 1024] {
+        let run = GuestConfig::new(mib, "noop").timeout(timeout).run(&image)?;
+        report(&format!("noop, {mib} MiB anonymous"), &run.verified()?);
+    }
 
     for (label, backend) in [
         ("mem 256, 512 MiB memfd", MemoryBackend::Memfd),

@@ -62,6 +62,16 @@ impl GuestRun {
         })
     }
 
+    /// The guest's `MemAvailable` (KiB) when the workload started, from the `start` line.
+    pub fn guest_mem_available_kib(&self) -> Option<u64> {
+        self.results.iter().find_map(|r| match r {
+            WorkloadResult::Start {
+                mem_available_kib, ..
+            } => *mem_available_kib,
+            _ => None,
+        })
+    }
+
     /// The last `n` console lines.
     pub fn console_tail(&self, n: usize) -> String {
         tail_of(&self.console.join("\n"), n)
@@ -112,7 +122,7 @@ mod tests {
 
     #[test]
     fn accessors_and_verification() {
-        let good = run("MEMVISOR-RESULT start uptime_ms=1700 command=\"mem 8\"\n\
+        let good = run("MEMVISOR-RESULT start uptime_ms=1700 mem_available_kib=123 command=\"mem 8\"\n\
              MEMVISOR-RESULT phase=write mib=8 pages=2048 reads=2048 ms=1 mbps=1 ok=1 errors=0\n\
              MEMVISOR-RESULT phase=disk pattern=seq dev=/dev/vda block=4096 blocks=1 reads=1 bytes=4096 ms=1 mbps=1 verified=1 ok=1 errors=0\n\
              MEMVISOR-RESULT done ok=1 errors=0\n");
@@ -120,6 +130,7 @@ mod tests {
         assert_eq!(good.mem_phases().count(), 1);
         assert_eq!(good.disk_phases().count(), 1);
         assert_eq!(good.guest_uptime_at_start_ms(), Some(1700.0));
+        assert_eq!(good.guest_mem_available_kib(), Some(123));
         assert!(good.verified().is_ok());
 
         let bad = run("MEMVISOR-RESULT done ok=0 errors=4 first_bad_page=9\n");
@@ -133,6 +144,7 @@ mod tests {
 
         let unfinished = run("MEMVISOR-RESULT start uptime_ms=-1000\n");
         assert_eq!(unfinished.guest_uptime_at_start_ms(), None);
+        assert_eq!(unfinished.guest_mem_available_kib(), None);
         assert!(matches!(
             unfinished.verified(),
             Err(TestVmError::NoResult { .. })

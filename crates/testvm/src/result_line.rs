@@ -165,6 +165,8 @@ pub enum WorkloadResult {
     Start {
         /// Guest uptime in milliseconds (negative if unknown).
         uptime_ms: f64,
+        /// The guest's `MemAvailable` in KiB when the workload started, if reported.
+        mem_available_kib: Option<u64>,
         /// The `memvisor.run` value, when one was found.
         command: Option<String>,
     },
@@ -331,6 +333,10 @@ fn parse_body(body: &str) -> Result<WorkloadResult, String> {
         Token::Word(kind) => match kind.as_str() {
             "start" => Ok(WorkloadResult::Start {
                 uptime_ms: fields.f64("uptime_ms")?,
+                mem_available_kib: match fields.get("mem_available_kib") {
+                    Some(v) if v.starts_with('-') => None,
+                    _ => fields.opt_u64("mem_available_kib")?,
+                },
                 command: fields.get("command").map(str::to_string),
             }),
             "error" => Ok(WorkloadResult::Error {
@@ -483,9 +489,12 @@ mod tests {
     #[test]
     fn start_error_done() {
         assert_eq!(
-            parse(r#"MEMVISOR-RESULT start uptime_ms=1740 command="mem 8 --patterns \"x\\y\"""#),
+            parse(
+                r#"MEMVISOR-RESULT start uptime_ms=1740 mem_available_kib=440000 command="mem 8 --patterns \"x\\y\"""#
+            ),
             WorkloadResult::Start {
                 uptime_ms: 1740.0,
+                mem_available_kib: Some(440000),
                 command: Some(r#"mem 8 --patterns "x\y""#.to_string()),
             }
         );

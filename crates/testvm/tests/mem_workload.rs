@@ -47,6 +47,13 @@ fn mem_256_on_a_memfd_backend_verifies() {
         assert_eq!((phase.mib, phase.pages, phase.reads), (256, 65536, 65536));
         assert!(phase.ms > 0.0, "{phase:?}");
     }
+    let available = run
+        .guest_mem_available_kib()
+        .expect("start line reports MemAvailable");
+    assert!(
+        (300 << 10..512 << 10).contains(&available),
+        "MemAvailable {available} KiB in a 512 MiB guest"
+    );
     let done = run.done().unwrap();
     assert!(done.ok && done.errors == 0);
     let boot = run.boot.expect("start line seen");
