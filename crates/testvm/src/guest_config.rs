@@ -163,7 +163,8 @@ impl GuestConfig {
         self
     }
 
-    /// The kernel command line: serial console, quiet, power off on panic, the workload.
+    /// The kernel command line: serial console, quiet, power off on panic, no IO-APIC timer
+    /// check (an overloaded TCG host can fail it and panic the guest), the workload.
     pub fn kernel_cmdline(&self) -> Result<String> {
         let invalid = |reason: String| Err(TestVmError::InvalidConfig { reason });
         if self.workload.trim().is_empty() {
@@ -179,7 +180,7 @@ impl GuestConfig {
                 self.workload
             ));
         }
-        let mut cmdline = String::from("console=ttyS0 quiet panic=-1");
+        let mut cmdline = String::from("console=ttyS0 quiet panic=-1 no_timer_check");
         for arg in &self.kernel_args {
             cmdline.push(' ');
             cmdline.push_str(arg);
@@ -320,7 +321,7 @@ mod tests {
         ), "{joined}");
         assert_eq!(
             args.last().unwrap(),
-            "console=ttyS0 quiet panic=-1 memvisor.run=\"mem 256\""
+            "console=ttyS0 quiet panic=-1 no_timer_check memvisor.run=\"mem 256\""
         );
     }
 
@@ -340,7 +341,7 @@ mod tests {
             "{joined}"
         );
         assert!(joined.contains(
-            "console=ttyS0 quiet panic=-1 mitigations=off memvisor.run=\"disk /dev/vda seq 1\""
+            "console=ttyS0 quiet panic=-1 no_timer_check mitigations=off memvisor.run=\"disk /dev/vda seq 1\""
         ));
         let drive = args.last().unwrap();
         let escaped = disk.path().to_str().unwrap().replace(',', ",,");
