@@ -114,6 +114,9 @@ pub struct MemPhase {
     pub errors: u64,
     /// The first page that read back wrong.
     pub first_bad_page: Option<u64>,
+    /// On the `write` phase: the guest's `AnonHugePages` (KiB) after writing, i.e. how much of
+    /// the memory transparent huge pages back (see `--thp`).
+    pub anon_huge_kib: Option<u64>,
 }
 
 /// The result of one `disk` workload run.
@@ -293,6 +296,14 @@ impl Fields {
             .transpose()
     }
 
+    /// An optional count the guest prints as -1 when it could not read it.
+    fn opt_count(&self, key: &str) -> Result<Option<u64>, String> {
+        match self.get(key) {
+            Some("-1") => Ok(None),
+            _ => self.opt_u64(key),
+        }
+    }
+
     fn u64(&self, key: &str) -> Result<u64, String> {
         self.opt_u64(key)?
             .ok_or_else(|| format!("missing field {key}"))
@@ -333,10 +344,7 @@ fn parse_body(body: &str) -> Result<WorkloadResult, String> {
         Token::Word(kind) => match kind.as_str() {
             "start" => Ok(WorkloadResult::Start {
                 uptime_ms: fields.f64("uptime_ms")?,
-                mem_available_kib: match fields.get("mem_available_kib") {
-                    Some(v) if v.starts_with('-') => None,
-                    _ => fields.opt_u64("mem_available_kib")?,
-                },
+                mem_available_kib: fields.opt_count("mem_available_kib")?,
                 command: fields.get("command").map(str::to_string),
             }),
             "error" => Ok(WorkloadResult::Error {
@@ -370,6 +378,7 @@ fn parse_body(body: &str) -> Result<WorkloadResult, String> {
                     ok: fields.bool("ok")?,
                     errors: fields.u64("errors")?,
                     first_bad_page: fields.opt_u64("first_bad_page")?,
+                    anon_huge_kib: fields.opt_count("anon_huge_kib")?,
                 }))
             } else if phase == "disk" {
                 let pattern = match fields.get("pattern") {
@@ -451,8 +460,21 @@ mod tests {
                 ok: true,
                 errors: 0,
                 first_bad_page: None,
+                anon_huge_kib: None,
             })
         );
+        let WorkloadResult::Mem(write) = parse(
+            "MEMVISOR-RESULT phase=write mib=8 pages=2048 reads=2048 ms=1 mbps=2 ok=1 errors=0 anon_huge_kib=4096",
+        ) else {
+            panic!("not a mem phase")
+        };
+        assert_eq!(write.anon_huge_kib, Some(4096));
+        let WorkloadResult::Mem(unknown) = parse(
+            "MEMVISOR-RESULT phase=write mib=8 pages=2048 reads=2048 ms=1 mbps=2 ok=1 errors=0 anon_huge_kib=-1",
+        ) else {
+            panic!("not a mem phase")
+        };
+        assert_eq!(unknown.anon_huge_kib, None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ fn mem_256_on_a_memfd_backend_verifies() {
     let Some(image) = common::image_or_skip("mem_256_on_a_memfd_backend_verifies") else {
         return;
     };
-    let config = GuestConfig::new(512, "mem 256")
+    let config = GuestConfig::new(512, "mem 256 --thp on")
         .backend(MemoryBackend::Memfd)
         .timeout(Duration::from_secs(60));
     let guest = RunningGuest::spawn(config.command(&image).unwrap()).unwrap();
@@ -47,6 +47,13 @@ fn mem_256_on_a_memfd_backend_verifies() {
         assert_eq!((phase.mib, phase.pages, phase.reads), (256, 65536, 65536));
         assert!(phase.ms > 0.0, "{phase:?}");
     }
+    // Linux turns THP off in guests below 512 MiB of RAM; --thp on turns it back on.
+    let write = run.mem_phases().next().unwrap();
+    assert!(
+        write.anon_huge_kib.unwrap() >= 128 << 10,
+        "AnonHugePages {:?} KiB",
+        write.anon_huge_kib
+    );
     let available = run
         .guest_mem_available_kib()
         .expect("start line reports MemAvailable");
@@ -69,18 +76,22 @@ fn mem_256_on_a_memfd_backend_verifies() {
     );
 }
 
-/// Plain anonymous RAM, chosen patterns, two passes.
+/// Plain anonymous RAM, chosen patterns, two passes, 4 KiB pages only in the guest.
 #[test]
 fn mem_patterns_and_passes_on_anonymous_ram() {
     let Some(image) = common::image_or_skip("mem_patterns_and_passes_on_anonymous_ram") else {
         return;
     };
-    let run = GuestConfig::new(256, "mem 64 --patterns random,zipf --passes 2 --seed 7")
-        .timeout(Duration::from_secs(60))
-        .run(&image)
-        .unwrap()
-        .verified()
-        .unwrap();
+    // 1 GiB: large enough that the guest kernel enables THP by default, so --thp off matters.
+    let run = GuestConfig::new(
+        1024,
+        "mem 64 --patterns random,zipf --passes 2 --seed 7 --thp off",
+    )
+    .timeout(Duration::from_secs(60))
+    .run(&image)
+    .unwrap()
+    .verified()
+    .unwrap();
     let kinds: Vec<_> = run.mem_phases().map(|p| (p.kind, p.pass)).collect();
     assert_eq!(
         kinds,
@@ -94,6 +105,12 @@ fn mem_patterns_and_passes_on_anonymous_ram() {
         ]
     );
     assert!(run.mem_phases().all(|p| p.ok && p.pages == 16384));
+    let write = run.mem_phases().next().unwrap();
+    assert_eq!(
+        write.anon_huge_kib,
+        Some(0),
+        "--thp off leaves no huge pages"
+    );
     assert!(
         !run.console.iter().any(|l| l.contains('\r')),
         "console lines keep no carriage returns"
