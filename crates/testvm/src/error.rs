@@ -27,7 +27,9 @@ pub enum TestVmError {
         stderr: String,
     },
     /// The QEMU binary is not on `PATH` (nor where `MEMVISOR_QEMU` points).
-    #[error("{program} not found on PATH (install qemu-system-x86: scripts/install)")]
+    #[error(
+        "{program} not found (install qemu-system-x86 with scripts/install, or set MEMVISOR_QEMU)"
+    )]
     QemuNotFound {
         /// The program looked for.
         program: String,

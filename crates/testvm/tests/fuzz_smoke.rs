@@ -22,8 +22,8 @@ impl Prng {
 
 /// Lines as the guest prints them.
 const SAMPLES: &[&str] = &[
-    "MEMVISOR-RESULT start uptime_ms=1740 command=\"mem 256 --patterns seq,zipf\"\r",
-    "MEMVISOR-RESULT phase=write mib=256 pages=65536 reads=65536 ms=1853.4 mbps=144.8 ok=1 errors=0",
+    "MEMVISOR-RESULT start uptime_ms=1740 mem_available_kib=450560 command=\"mem 256 --patterns seq,zipf\"\r",
+    "MEMVISOR-RESULT phase=write mib=256 pages=65536 reads=65536 ms=1853.4 mbps=144.8 ok=1 errors=0 anon_huge_kib=-1",
     "MEMVISOR-RESULT phase=zipf pass=1 mib=256 pages=65536 reads=65536 ms=116.9 mbps=2296.7 ok=0 errors=2 first_bad_page=77",
     "MEMVISOR-RESULT phase=disk pattern=random dev=/dev/vda block=4096 blocks=32768 reads=37056 bytes=151781376 ms=2000.4 mbps=75.9 verified=1 ok=1 errors=0",
     "MEMVISOR-RESULT error message=\"mem: unknown pattern 'x\\\"y' in --patterns\"",
