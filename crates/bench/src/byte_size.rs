@@ -16,10 +16,9 @@ pub fn parse_bytes(what: &'static str, text: &str) -> Result<usize, BenchError> 
         Some('t') => (&stripped[..stripped.len() - 1], 40),
         _ => (stripped, 0),
     };
-    let n: usize = digits
-        .trim()
-        .parse()
-        .map_err(|_| BenchError::bad(what, text, "expected a size such as 4096, 64K, 256M or 1G"))?;
+    let n: usize = digits.trim().parse().map_err(|_| {
+        BenchError::bad(what, text, "expected a size such as 4096, 64K, 256M or 1G")
+    })?;
     n.checked_mul(1usize << shift)
         .ok_or_else(|| BenchError::bad(what, text, "too large"))
 }

@@ -92,7 +92,9 @@ impl Counters {
             pswpin: self.pswpin.saturating_sub(earlier.pswpin),
             pswpout: self.pswpout.saturating_sub(earlier.pswpout),
             disk_read_bytes: self.disk_read_bytes.saturating_sub(earlier.disk_read_bytes),
-            disk_write_bytes: self.disk_write_bytes.saturating_sub(earlier.disk_write_bytes),
+            disk_write_bytes: self
+                .disk_write_bytes
+                .saturating_sub(earlier.disk_write_bytes),
         }
     }
 }

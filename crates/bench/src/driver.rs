@@ -82,7 +82,11 @@ pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
     let _swap = if args.variants.iter().any(Variant::is_kernel) {
         let bytes = (args.size as u64 + (64 << 20)).next_multiple_of(1 << 20);
         let s = KernelSwapFile::create(&args.swap_dir, bytes, args.allow_other_swap)?;
-        eprintln!("swap file {} active ({} MiB)", s.path().display(), bytes >> 20);
+        eprintln!(
+            "swap file {} active ({} MiB)",
+            s.path().display(),
+            bytes >> 20
+        );
         Some(s)
     } else {
         None

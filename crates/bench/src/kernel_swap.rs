@@ -71,8 +71,8 @@ impl Drop for KernelSwapFile {
 
 /// Active swap areas (`/proc/swaps`, header skipped).
 pub fn active_swaps() -> Result<Vec<String>, BenchError> {
-    let text = fs::read_to_string("/proc/swaps")
-        .map_err(|e| BenchError::io("read", "/proc/swaps", e))?;
+    let text =
+        fs::read_to_string("/proc/swaps").map_err(|e| BenchError::io("read", "/proc/swaps", e))?;
     Ok(text
         .lines()
         .skip(1)

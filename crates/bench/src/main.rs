@@ -13,7 +13,10 @@ use memvisor_bench::{
 };
 
 #[derive(Parser)]
-#[command(name = "pager-vs-kernel", about = "memvisor's pager against the kernel's swap")]
+#[command(
+    name = "pager-vs-kernel",
+    about = "memvisor's pager against the kernel's swap"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -124,7 +127,10 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
             allow_other_swap,
         } => match preflight(&swap_dir, allow_other_swap) {
             Ok(()) => {
-                println!("kernel baseline available (swap dir {})", swap_dir.display());
+                println!(
+                    "kernel baseline available (swap dir {})",
+                    swap_dir.display()
+                );
                 Ok(ExitCode::SUCCESS)
             }
             Err(BenchError::Unsupported(why)) => {
@@ -134,10 +140,17 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
             Err(e) => Err(e),
         },
         Cmd::Run(r) => {
-            let size = parse_bytes("size", r.size.as_deref().unwrap_or(if r.quick { "64M" } else { "1G" }))?;
+            let size = parse_bytes(
+                "size",
+                r.size
+                    .as_deref()
+                    .unwrap_or(if r.quick { "64M" } else { "1G" }),
+            )?;
             let budget = parse_bytes(
                 "budget",
-                r.budget.as_deref().unwrap_or(if r.quick { "16M" } else { "256M" }),
+                r.budget
+                    .as_deref()
+                    .unwrap_or(if r.quick { "16M" } else { "256M" }),
             )?;
             let workloads: Vec<WorkloadSpec> = if r.workloads.is_empty() {
                 default_workloads(r.quick)
@@ -145,12 +158,18 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                     .map(|w| w.parse())
                     .collect::<Result<_, _>>()?
             } else {
-                r.workloads.iter().map(|w| w.parse()).collect::<Result<_, _>>()?
+                r.workloads
+                    .iter()
+                    .map(|w| w.parse())
+                    .collect::<Result<_, _>>()?
             };
             let variants: Vec<Variant> = if r.variants.is_empty() {
                 vec![Variant::Kernel, "memvisor".parse()?]
             } else {
-                r.variants.iter().map(|v| v.parse()).collect::<Result<_, _>>()?
+                r.variants
+                    .iter()
+                    .map(|v| v.parse())
+                    .collect::<Result<_, _>>()?
             };
             let exe = std::env::current_exe()
                 .map_err(|e| BenchError::io("locate", "/proc/self/exe", e))?;

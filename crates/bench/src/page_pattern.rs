@@ -97,7 +97,17 @@ mod tests {
         assert!(d.touch(1, 1, 1, false).is_err());
         d.touch(1, 2, 1, false).unwrap();
         let e = d.touch(1, 2, 2, false).unwrap_err();
-        assert!(matches!(e, BenchError::Corrupt { page: 1, word: 1, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                BenchError::Corrupt {
+                    page: 1,
+                    word: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // A page holding another page's data is caught.
         mem.copy_within(0..WORDS_PER_PAGE, 2 * WORDS_PER_PAGE);
         let mut d = DataSet::new(&mut mem);

@@ -71,7 +71,9 @@ pub fn summary_markdown(records: &[RunRecord]) -> String {
         let kernel_secs: Vec<f64> = kernel.iter().map(|r| r.report.run.secs).collect();
         for v in &variants {
             let rs = of(v);
-            let m = |f: &dyn Fn(&RunRecord) -> f64| median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let m = |f: &dyn Fn(&RunRecord) -> f64| {
+                median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
             let secs: Vec<f64> = rs.iter().map(|r| r.report.run.secs).collect();
             let (lo, hi) = min_max(&secs);
             let speed = if kernel.is_empty() || rs.first().is_some_and(|r| r.kernel) {
@@ -128,17 +130,24 @@ pub fn summary_markdown(records: &[RunRecord]) -> String {
         s,
         "| workload | variant | run s | faults | page-ins | page-outs | clean evictions | page-in total s | of which evict s | swap read s | swap write s | map s | sample s | page-in p50 / p99 µs |"
     );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for (workload, variants) in groups(records) {
         for v in &variants {
             let rs: Vec<&RunRecord> = records
                 .iter()
-                .filter(|r| r.workload == workload && &r.variant == v && r.report.run.region.is_some())
+                .filter(|r| {
+                    r.workload == workload && &r.variant == v && r.report.run.region.is_some()
+                })
                 .collect();
             if rs.is_empty() {
                 continue;
             }
-            let m = |f: &dyn Fn(&RunRecord) -> f64| median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let m = |f: &dyn Fn(&RunRecord) -> f64| {
+                median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
             let g = |f: fn(&crate::region_counters::RegionCounters) -> u64| {
                 m(&|r: &RunRecord| r.report.run.region.as_ref().map_or(0.0, |x| f(x) as f64))
             };
@@ -256,10 +265,17 @@ mod tests {
             rec(2, "memvisor", 2.0),
         ];
         let md = summary_markdown(&rs);
-        assert!(md.contains("| seq:passes=1 | memvisor | 3 | 3.00 (2.00–3.00)"), "{md}");
+        assert!(
+            md.contains("| seq:passes=1 | memvisor | 3 | 3.00 (2.00–3.00)"),
+            "{md}"
+        );
         assert!(md.contains("3.00x (2.00–6.00)"), "{md}");
         let c = csv(&rs);
         assert_eq!(c.lines().count(), 7);
-        assert!(c.lines().nth(1).unwrap().starts_with("0,\"seq:passes=1\",\"kernel\",9.0"));
+        assert!(c
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("0,\"seq:passes=1\",\"kernel\",9.0"));
     }
 }

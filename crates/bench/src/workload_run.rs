@@ -46,13 +46,13 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
         .to_string();
     // Everything the run needs besides the data set is allocated before the fill, so the
     // kernel variant's cgroup sees it from the start.
-    let trace = match args.workload.trace_spec(pages) {
-        Some(t) => Some(
-            t.parse::<memvisor_trace::WorkloadSpec>()
-                .map_err(|e| BenchError::bad("workload", args.workload.to_string(), e.to_string()))?,
-        ),
-        None => None,
-    };
+    let trace =
+        match args.workload.trace_spec(pages) {
+            Some(t) => Some(t.parse::<memvisor_trace::WorkloadSpec>().map_err(|e| {
+                BenchError::bad("workload", args.workload.to_string(), e.to_string())
+            })?),
+            None => None,
+        };
     let mut shadow: Vec<u32> = match (&trace, args.workload.writes()) {
         (Some(_), true) => vec![0; pages as usize],
         _ => Vec::new(),

@@ -105,7 +105,11 @@ impl FromStr for WorkloadSpec {
         let bad = |reason: String| BenchError::bad("workload", text, reason);
         let mut parts = text.split(':');
         let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let mut words = if kind == "membench" { WORDS_PER_PAGE } else { 1 };
+        let mut words = if kind == "membench" {
+            WORDS_PER_PAGE
+        } else {
+            1
+        };
         let mut write = true;
         let mut passes: Option<u64> = None;
         let mut rest: Vec<String> = Vec::new();
@@ -206,10 +210,7 @@ mod tests {
         assert_eq!(m.words(), WORDS_PER_PAGE);
         let z: WorkloadSpec = "zipf:alpha=0.99:accesses=5000:mode=read".parse().unwrap();
         assert!(!z.writes());
-        assert_eq!(
-            z.trace_spec(100).unwrap(),
-            "zipf:n=100:alpha=0.99:len=5000"
-        );
+        assert_eq!(z.trace_spec(100).unwrap(), "zipf:n=100:alpha=0.99:len=5000");
         assert_eq!(z.accesses(100), 5000);
         let u: WorkloadSpec = "uniform:len=7:words=4".parse().unwrap();
         assert_eq!((u.words(), u.accesses(3)), (4, 7));

@@ -33,7 +33,8 @@ fn available(swap_dir: &Path) -> bool {
         Some(2) => {
             // SAFETY: geteuid has no preconditions.
             let root = unsafe { libc::geteuid() } == 0;
-            let platform = root && Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+            let platform =
+                root && Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
             let busy = text.contains("other swap already active");
             if in_ci() && platform && !busy {
                 panic!("CI: root with cgroup v1, but {}", text.trim());
@@ -55,7 +56,10 @@ fn assert_torn_down(pid: u32, swap_dir: &Path) {
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap();
     assert!(!swaps.contains(&name), "swap still active: {swaps}");
     assert!(!swap_dir.join(format!("{name}.swap")).exists());
-    for e in std::fs::read_dir("/sys/fs/cgroup/memory").unwrap().flatten() {
+    for e in std::fs::read_dir("/sys/fs/cgroup/memory")
+        .unwrap()
+        .flatten()
+    {
         let n = e.file_name().to_string_lossy().into_owned();
         assert!(!n.starts_with(&format!("{name}-")), "cgroup left: {n}");
     }
@@ -74,13 +78,31 @@ fn quick_run_completes_both_variants_with_verified_data() {
     }
     let out_dir = tempfile::tempdir().unwrap();
     let child = Command::new(EXE)
-        .args(["run", "--quick", "--size", "32M", "--budget", "8M", "--swap-dir"])
+        .args([
+            "run",
+            "--quick",
+            "--size",
+            "32M",
+            "--budget",
+            "8M",
+            "--swap-dir",
+        ])
         .arg(swap_dir.path())
         .arg("--out")
         .arg(out_dir.path())
-        .args(["--workload", "seq:passes=2", "--workload", "zipf:alpha=0.99:accesses=300"])
+        .args([
+            "--workload",
+            "seq:passes=2",
+            "--workload",
+            "zipf:alpha=0.99:accesses=300",
+        ])
         .args(["--workload", "membench:passes=1"])
-        .args(["--variant", "kernel", "--variant", "memvisor:chunk=64K:sample=100ms"])
+        .args([
+            "--variant",
+            "kernel",
+            "--variant",
+            "memvisor:chunk=64K:sample=100ms",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -91,9 +113,10 @@ fn quick_run_completes_both_variants_with_verified_data() {
     assert!(out.status.success(), "{stderr}");
     assert_torn_down(pid, swap_dir.path());
 
-    let records: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("results.json")).unwrap())
-            .unwrap();
+    let records: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("results.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(records.len(), 6, "3 workloads x 2 variants");
     for r in &records {
         let rep = &r["report"];
@@ -106,8 +129,14 @@ fn quick_run_completes_both_variants_with_verified_data() {
             // this is a lower bound on our own).
             let limit = r["cgroup"]["limit_bytes"].as_u64().unwrap();
             assert_eq!(limit, (8 + 4) << 20, "{what}");
-            assert!(r["cgroup"]["peak_bytes"].as_u64().unwrap() <= limit, "{what}");
-            assert!(rep["fill"]["counters"]["pswpout"].as_u64().unwrap() > 0, "{what}");
+            assert!(
+                r["cgroup"]["peak_bytes"].as_u64().unwrap() <= limit,
+                "{what}"
+            );
+            assert!(
+                rep["fill"]["counters"]["pswpout"].as_u64().unwrap() > 0,
+                "{what}"
+            );
         } else {
             let region = &rep["run"]["region"];
             assert!(region["page_ins"].as_u64().unwrap() > 0, "{what}");
@@ -117,7 +146,10 @@ fn quick_run_completes_both_variants_with_verified_data() {
         }
     }
     let summary = std::fs::read_to_string(out_dir.path().join("summary.md")).unwrap();
-    assert!(summary.contains("| membench:passes=1 | memvisor:chunk=64K:sample=100ms |"), "{summary}");
+    assert!(
+        summary.contains("| membench:passes=1 | memvisor:chunk=64K:sample=100ms |"),
+        "{summary}"
+    );
     let csv = std::fs::read_to_string(out_dir.path().join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 7);
 }
@@ -132,7 +164,16 @@ fn sigterm_tears_everything_down() {
     let out_dir = tempfile::tempdir().unwrap();
     // Long enough that it is still running when the signal comes.
     let mut child = Command::new(EXE)
-        .args(["run", "--size", "64M", "--budget", "8M", "--reps", "50", "--swap-dir"])
+        .args([
+            "run",
+            "--size",
+            "64M",
+            "--budget",
+            "8M",
+            "--reps",
+            "50",
+            "--swap-dir",
+        ])
         .arg(swap_dir.path())
         .arg("--out")
         .arg(out_dir.path())
@@ -153,7 +194,10 @@ fn sigterm_tears_everything_down() {
         if running {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "driver never started a workload");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "driver never started a workload"
+        );
         assert!(child.try_wait().unwrap().is_none(), "driver exited early");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -170,7 +214,10 @@ fn sigterm_tears_everything_down() {
 fn bad_arguments_are_one_line_errors() {
     for (args, needle) in [
         (vec!["run", "--workload", "walk"], "unknown kind"),
-        (vec!["run", "--variant", "memvisor:chunk=x"], "variant chunk"),
+        (
+            vec!["run", "--variant", "memvisor:chunk=x"],
+            "variant chunk",
+        ),
         (vec!["run", "--size", "lots"], "bad size"),
     ] {
         let out = output(Command::new(EXE).args(&args));
