@@ -78,9 +78,11 @@ pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
     fs::create_dir_all(&logs).map_err(|e| BenchError::io("create directory", &logs, e))?;
     let jsonl = args.out_dir.join("results.jsonl");
     let mut out = File::create(&jsonl).map_err(|e| BenchError::io("create", &jsonl, e))?;
-    // The kernel's swap: room for the whole data set, plus slack.
+    // The kernel's swap: twice the data set (plus slack), so it stays under half full and the
+    // kernel keeps the swap copies of pages it reads back (it drops them above half full, which
+    // would force rewrites of clean pages; memvisor's swap file is sparse and never "full").
     let _swap = if args.variants.iter().any(Variant::is_kernel) {
-        let bytes = (args.size as u64 + (64 << 20)).next_multiple_of(1 << 20);
+        let bytes = (2 * args.size as u64 + (64 << 20)).next_multiple_of(1 << 20);
         let s = KernelSwapFile::create(&args.swap_dir, bytes, args.allow_other_swap)?;
         eprintln!(
             "swap file {} active ({} MiB)",
@@ -190,6 +192,10 @@ fn run_one(
         std::thread::sleep(Duration::from_millis(20));
     };
     let wall_secs = started.elapsed().as_secs_f64();
+    // Ctrl-C reaches the child too (same process group): it died of it, not of a failure.
+    if interrupt::requested() {
+        return Err(BenchError::Interrupted);
+    }
     let cgroup = group.usage();
     drop(group);
     let fail = |detail: String| BenchError::Child {

@@ -94,8 +94,8 @@ fn default_workloads(quick: bool) -> &'static [&'static str] {
     if quick {
         &[
             "seq:passes=2",
-            "uniform:accesses=3000",
-            "zipf:alpha=0.99:accesses=6000",
+            "uniform:accesses=1000",
+            "zipf:alpha=0.99:accesses=2000",
             "membench:passes=1",
         ]
     } else {
