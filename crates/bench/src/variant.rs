@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use memvisor_pager::{RegionConfig, ResolveMode};
+use memvisor_pager::{PageOut, RegionConfig, ResolveMode};
 use memvisor_policy::PolicySpec;
 
 use crate::bench_error::BenchError;
@@ -15,7 +15,9 @@ use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
 /// Options of a memvisor variant, spelled `memvisor[:KEY=VALUE...]`. Unset keys keep the
 /// [`RegionConfig`] defaults. Keys: `chunk` (size, e.g. `64K`), `policy` (a policy spec),
 /// `sample` (access sampling interval: `1s`, `100ms`, `off`), `resolve` (`copy` |
-/// `alias-continue`), `dirty` (`on` | `off`: dirty tracking). New pager settings are added here
+/// `alias-continue`), `dirty` (`on` | `off`: dirty tracking), `pageout` (`sync` | `threads` |
+/// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
+/// asynchronous page-out). New pager settings are added here
 /// (one key each) and reach the workload child unchanged through the variant's spelling.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegionOptions {
@@ -29,6 +31,12 @@ pub struct RegionOptions {
     pub resolve: Option<ResolveMode>,
     /// Dirty tracking on or off.
     pub dirty_tracking: Option<bool>,
+    /// Page-out engine: `sync`, `threads` or `io-uring`.
+    pub page_out: Option<String>,
+    /// Writer threads or io_uring depth.
+    pub depth: Option<usize>,
+    /// Asynchronous page-out headroom in chunks.
+    pub headroom: Option<usize>,
 }
 
 impl RegionOptions {
@@ -48,6 +56,21 @@ impl RegionOptions {
         }
         if let Some(d) = self.dirty_tracking {
             config = config.dirty_tracking(d);
+        }
+        if self.page_out.is_some() || self.depth.is_some() {
+            let engine = self.page_out.as_deref().unwrap_or("threads");
+            let spelled = match (engine, self.depth) {
+                ("sync", _) => "sync".to_string(),
+                (e, Some(n)) => format!("{e}:{n}"),
+                (e, None) => e.to_string(),
+            };
+            // Validated when the key was set.
+            if let Ok(p) = spelled.parse::<PageOut>() {
+                config = config.page_out(p);
+            }
+        }
+        if let Some(h) = self.headroom {
+            config = config.headroom(h);
         }
         config
     }
@@ -75,9 +98,28 @@ impl RegionOptions {
                     _ => return Err(bad("dirty must be on or off".into())),
                 })
             }
+            "pageout" => {
+                value
+                    .parse::<PageOut>()
+                    .map_err(|e| bad(format!("pageout: {e}")))?;
+                self.page_out = Some(value.to_string());
+            }
+            "depth" | "headroom" => {
+                let n: usize = value
+                    .parse()
+                    .ok()
+                    .filter(|&n| (key == "headroom" || n >= 1) && n <= 64)
+                    .ok_or_else(|| bad(format!("{key} {value:?} is not a count up to 64")))?;
+                if key == "depth" {
+                    self.depth = Some(n);
+                } else {
+                    self.headroom = Some(n);
+                }
+            }
             _ => {
                 return Err(bad(format!(
-                    "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty)"
+                    "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
+                     pageout, depth, headroom)"
                 )))
             }
         }
@@ -162,6 +204,15 @@ impl fmt::Display for Variant {
                 if let Some(d) = o.dirty_tracking {
                     write!(f, ":dirty={}", if d { "on" } else { "off" })?;
                 }
+                if let Some(p) = &o.page_out {
+                    write!(f, ":pageout={p}")?;
+                }
+                if let Some(n) = o.depth {
+                    write!(f, ":depth={n}")?;
+                }
+                if let Some(n) = o.headroom {
+                    write!(f, ":headroom={n}")?;
+                }
                 Ok(())
             }
         }
@@ -182,6 +233,8 @@ mod tests {
         for s in [
             "memvisor:chunk=64K",
             "memvisor:chunk=1M:policy=clock:sample=off:resolve=alias-continue:dirty=off",
+            "memvisor:pageout=io-uring:depth=8:headroom=4",
+            "memvisor:pageout=sync",
             "memvisor:sample=100ms",
             "memvisor:sample=1500us",
             "memvisor:sample=2s",
@@ -208,6 +261,8 @@ mod tests {
             ("memvisor:chunk=1Q", "size"),
             ("memvisor:policy=nope", "policy"),
             ("memvisor:dirty=maybe", "on or off"),
+            ("memvisor:pageout=lazy", "pageout"),
+            ("memvisor:depth=0", "count up to 64"),
         ] {
             let e = s.parse::<Variant>().unwrap_err().to_string();
             assert!(e.contains(needle), "{s}: {e}");
