@@ -1,0 +1,491 @@
+//! [`Scanner`]: reads pages from its sources, hashes them into a [`PageIndex`], confirms every
+//! hash match by comparing bytes, and uses the seed's lookahead: after page X matched Y, page
+//! X+1 is compared with Y+1 before any hashing or lookup.
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use crate::page_index::{IndexSummary, PageIndex, PageLocation, SourceSummary};
+use crate::page_source::{PageSource, PageState};
+use crate::{is_zero_page, page_hash, DedupError, PAGE_SIZE};
+
+/// Pages read per call to a source (1 MiB).
+pub const DEFAULT_BATCH_PAGES: usize = 256;
+/// Pages read around a page the scanner compares with (lookahead then finds them read).
+const WINDOW_PAGES: usize = 32;
+
+/// Scanner options.
+#[derive(Debug, Clone, Copy)]
+pub struct ScannerConfig {
+    /// Try X+1 against Y+1 after X matched Y (default on).
+    pub lookahead: bool,
+    /// Pages per read.
+    pub batch_pages: usize,
+}
+
+impl Default for ScannerConfig {
+    fn default() -> Self {
+        Self {
+            lookahead: true,
+            batch_pages: DEFAULT_BATCH_PAGES,
+        }
+    }
+}
+
+/// Counters of one pass over every source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Pages read (present in memory).
+    pub pages_read: u64,
+    /// Of those, all-zero pages (counted, not indexed).
+    pub zero_pages: u64,
+    /// Pages hashed (read, non-zero, not matched by lookahead).
+    pub pages_hashed: u64,
+    /// Pages matched by lookahead (no hash, no lookup).
+    pub lookahead_hits: u64,
+    /// Lookahead comparisons that failed (a hash and lookup followed).
+    pub lookahead_misses: u64,
+    /// Pages found equal to an indexed page in this pass (new duplicates).
+    pub new_duplicates: u64,
+    /// Of those, pages that already share a physical frame with the page they match (KSM merged
+    /// them, or they map the same file page).
+    pub already_shared: u64,
+    /// Hash matches whose bytes differed (a collision, or content changed since indexing).
+    pub hash_mismatches: u64,
+    /// Pages not in memory (not read).
+    pub absent_pages: u64,
+    /// Pages that could not be read.
+    pub unreadable_pages: u64,
+    /// Wall time of the pass.
+    pub wall: Duration,
+    /// CPU time of the scanning thread during the pass.
+    pub cpu: Duration,
+}
+
+/// What the scanner knows about one source.
+#[derive(Debug, Clone, Default)]
+pub struct SourceReport {
+    /// The source's name.
+    pub name: String,
+    /// Pages read in the last pass.
+    pub pages_read: u64,
+    /// All-zero pages in the last pass (of an incremental source: among the pages re-read).
+    pub zero_pages: u64,
+    /// Pages not in memory in the last pass.
+    pub absent_pages: u64,
+    /// Unreadable pages in the last pass.
+    pub unreadable_pages: u64,
+    /// Index totals for this source.
+    pub index: SourceSummary,
+    /// Why the source was dropped (it exited, permission denied, ...); its pages are no longer
+    /// in the index.
+    pub error: Option<String>,
+}
+
+struct Slot {
+    source: Box<dyn PageSource + Send>,
+    report: SourceReport,
+    dead: bool,
+}
+
+/// A few pages of one source read around a page the scanner compared with.
+#[derive(Default)]
+struct Window {
+    source: u32,
+    start: u64,
+    pages: usize,
+    buf: Vec<u8>,
+    states: Vec<PageState>,
+}
+
+impl Window {
+    fn get(&self, l: PageLocation) -> Option<(&[u8], PageState)> {
+        if self.pages == 0 || l.source != self.source || l.address < self.start {
+            return None;
+        }
+        let i = ((l.address - self.start) / PAGE_SIZE as u64) as usize;
+        (i < self.pages).then(|| {
+            (
+                &self.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
+                self.states[i],
+            )
+        })
+    }
+}
+
+/// The batch being scanned: its source, start and contents.
+struct Batch {
+    source: u32,
+    start: u64,
+    buf: Vec<u8>,
+    states: Vec<PageState>,
+}
+
+impl Batch {
+    fn get(&self, l: PageLocation) -> Option<(&[u8], PageState)> {
+        if l.source != self.source || l.address < self.start {
+            return None;
+        }
+        let i = ((l.address - self.start) / PAGE_SIZE as u64) as usize;
+        (i < self.states.len()).then(|| {
+            (
+                &self.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
+                self.states[i],
+            )
+        })
+    }
+}
+
+/// Hashes pages of several sources into one index; see the module documentation.
+pub struct Scanner {
+    config: ScannerConfig,
+    slots: Vec<Slot>,
+    index: PageIndex,
+    window: Window,
+    last_match: Option<(PageLocation, PageLocation)>,
+    progress: Option<Box<dyn FnMut(u32, u64) + Send>>,
+}
+
+impl std::fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scanner")
+            .field("config", &self.config)
+            .field("sources", &self.slots.len())
+            .field("indexed", &self.index.len())
+            .finish()
+    }
+}
+
+impl Scanner {
+    /// A scanner with no sources.
+    pub fn new(config: ScannerConfig) -> Self {
+        Self {
+            config: ScannerConfig {
+                batch_pages: config.batch_pages.max(1),
+                ..config
+            },
+            slots: Vec::new(),
+            index: PageIndex::new(),
+            window: Window::default(),
+            last_match: None,
+            progress: None,
+        }
+    }
+
+    /// Adds a source; returns its number (the `source` of its [`PageLocation`]s).
+    pub fn add_source(&mut self, source: Box<dyn PageSource + Send>) -> u32 {
+        let name = source.name();
+        self.slots.push(Slot {
+            source,
+            report: SourceReport {
+                name,
+                ..Default::default()
+            },
+            dead: false,
+        });
+        (self.slots.len() - 1) as u32
+    }
+
+    /// Calls `f(source, pages_done_in_pass)` after every batch (tests use it to act mid-scan).
+    pub fn on_progress(&mut self, f: impl FnMut(u32, u64) + Send + 'static) {
+        self.progress = Some(Box::new(f));
+    }
+
+    /// The index.
+    pub fn index(&self) -> &PageIndex {
+        &self.index
+    }
+
+    /// Index totals.
+    pub fn summary(&self) -> IndexSummary {
+        self.index.summary()
+    }
+
+    /// Per-source reports (index totals filled in).
+    pub fn reports(&self) -> Vec<SourceReport> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SourceReport {
+                index: self.index.source_summary(i as u32),
+                ..s.report.clone()
+            })
+            .collect()
+    }
+
+    /// Reads `l`'s current bytes and state: from the batch being scanned, or the window,
+    /// reading a new window if needed. `None` if the page cannot be read now.
+    fn fetch<'a>(
+        slots: &mut [Slot],
+        window: &'a mut Window,
+        batch: &'a Batch,
+        l: PageLocation,
+    ) -> Option<(&'a [u8], PageState)> {
+        if let Some(hit) = batch.get(l) {
+            return Some(hit);
+        }
+        if window.get(l).is_none() {
+            let slot = slots.get_mut(l.source as usize)?;
+            if slot.dead {
+                return None;
+            }
+            window.source = l.source;
+            window.start = l.address;
+            window.buf.resize(WINDOW_PAGES * PAGE_SIZE, 0);
+            window.states.resize(WINDOW_PAGES, PageState::Absent);
+            window.pages = WINDOW_PAGES;
+            if slot
+                .source
+                .read(l.address, &mut window.buf, &mut window.states)
+                .is_err()
+            {
+                // Past the end of a mapping, or the source failed: fall back to the one page.
+                window.pages = 1;
+                if slot
+                    .source
+                    .read(
+                        l.address,
+                        &mut window.buf[..PAGE_SIZE],
+                        &mut window.states[..1],
+                    )
+                    .is_err()
+                {
+                    window.pages = 0;
+                    return None;
+                }
+            }
+        }
+        window.get(l)
+    }
+
+    /// One pass over every live source: each source's pass ranges are read, and their pages
+    /// indexed (a non-incremental source is re-indexed from scratch). A source that fails (its
+    /// process exited, permission denied) is dropped with its error recorded in its report and
+    /// its pages removed; the other sources go on.
+    pub fn pass(&mut self) -> PassStats {
+        let t0 = Instant::now();
+        let cpu0 = thread_cpu_time();
+        let mut stats = PassStats::default();
+        self.window.pages = 0;
+        self.last_match = None;
+        let mut batch = Batch {
+            source: 0,
+            start: 0,
+            buf: vec![0; self.config.batch_pages * PAGE_SIZE],
+            states: vec![PageState::Absent; self.config.batch_pages],
+        };
+        for s in 0..self.slots.len() {
+            if self.slots[s].dead {
+                continue;
+            }
+            let src = s as u32;
+            if let Err(e) = self.scan_source(src, &mut batch, &mut stats) {
+                let slot = &mut self.slots[s];
+                slot.dead = true;
+                slot.report.error = Some(e.to_string());
+                self.index.remove_source(src);
+                if self.window.source == src {
+                    self.window.pages = 0;
+                }
+            }
+        }
+        stats.wall = t0.elapsed();
+        stats.cpu = thread_cpu_time().saturating_sub(cpu0);
+        stats
+    }
+
+    fn scan_source(
+        &mut self,
+        src: u32,
+        batch: &mut Batch,
+        stats: &mut PassStats,
+    ) -> Result<(), DedupError> {
+        let slot = &mut self.slots[src as usize];
+        let ranges = slot.source.pass_ranges()?;
+        if slot.source.is_incremental() {
+            for r in &ranges {
+                self.index.remove_range(src, r.start, r.end);
+            }
+        } else {
+            self.index.remove_source(src);
+        }
+        if self.window.source == src {
+            self.window.pages = 0;
+        }
+        let report = &mut self.slots[src as usize].report;
+        report.pages_read = 0;
+        report.zero_pages = 0;
+        report.absent_pages = 0;
+        report.unreadable_pages = 0;
+        let mut done = 0u64;
+        for r in ranges {
+            self.scan_range(src, r, batch, stats, &mut done)?;
+        }
+        Ok(())
+    }
+
+    fn scan_range(
+        &mut self,
+        src: u32,
+        r: Range<u64>,
+        batch: &mut Batch,
+        stats: &mut PassStats,
+        done: &mut u64,
+    ) -> Result<(), DedupError> {
+        let mut a = r.start;
+        while a < r.end {
+            let pages = (((r.end - a) / PAGE_SIZE as u64) as usize).min(self.config.batch_pages);
+            batch.source = src;
+            batch.start = a;
+            batch.buf.resize(pages * PAGE_SIZE, 0);
+            batch.states.resize(pages, PageState::Absent);
+            self.slots[src as usize]
+                .source
+                .read(a, &mut batch.buf, &mut batch.states)?;
+            if self.window.source == src {
+                // The window may hold older bytes of the pages just read.
+                self.window.pages = 0;
+            }
+            for i in 0..pages {
+                let l = PageLocation {
+                    source: src,
+                    address: a + (i * PAGE_SIZE) as u64,
+                };
+                self.scan_page(l, i, batch, stats);
+            }
+            a += (pages * PAGE_SIZE) as u64;
+            *done += pages as u64;
+            if let Some(p) = self.progress.as_mut() {
+                p(src, *done);
+            }
+        }
+        Ok(())
+    }
+
+    fn scan_page(&mut self, l: PageLocation, i: usize, batch: &Batch, stats: &mut PassStats) {
+        let report = &mut self.slots[l.source as usize].report;
+        let frame = match batch.states[i] {
+            PageState::Present { frame } => frame,
+            PageState::Absent => {
+                stats.absent_pages += 1;
+                report.absent_pages += 1;
+                return;
+            }
+            PageState::Unreadable => {
+                stats.unreadable_pages += 1;
+                report.unreadable_pages += 1;
+                return;
+            }
+        };
+        stats.pages_read += 1;
+        report.pages_read += 1;
+        let bytes = &batch.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+        if is_zero_page(bytes) {
+            stats.zero_pages += 1;
+            report.zero_pages += 1;
+            self.last_match = None;
+            return;
+        }
+        // Lookahead: X matched Y; try X+1 against Y+1 first.
+        if self.config.lookahead {
+            if let Some((x, y)) = self.last_match {
+                if x.source == l.source && x.address + PAGE_SIZE as u64 == l.address {
+                    let next = PageLocation {
+                        source: y.source,
+                        address: y.address + PAGE_SIZE as u64,
+                    };
+                    if let Some(class) = self.index.class_of(next) {
+                        let same = Self::fetch(&mut self.slots, &mut self.window, batch, next)
+                            .filter(|(b, _)| *b == bytes)
+                            .map(|(_, st)| st);
+                        if let Some(st) = same {
+                            self.index.join(class, l);
+                            stats.lookahead_hits += 1;
+                            stats.new_duplicates += 1;
+                            if shares_frame(frame, st) {
+                                stats.already_shared += 1;
+                            }
+                            self.last_match = Some((l, next));
+                            return;
+                        }
+                        stats.lookahead_misses += 1;
+                    }
+                }
+            }
+        }
+        let hash = page_hash(bytes);
+        stats.pages_hashed += 1;
+        let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
+        for class in candidates.iter() {
+            let rep = self.index.representative(class);
+            let same = Self::fetch(&mut self.slots, &mut self.window, batch, rep)
+                .filter(|(b, _)| *b == bytes)
+                .map(|(_, st)| st);
+            match same {
+                Some(st) => {
+                    self.index.join(class, l);
+                    stats.new_duplicates += 1;
+                    if shares_frame(frame, st) {
+                        stats.already_shared += 1;
+                    }
+                    self.last_match = Some((l, rep));
+                    return;
+                }
+                None => stats.hash_mismatches += 1,
+            }
+        }
+        self.index.insert_new(hash, l);
+        self.last_match = None;
+    }
+}
+
+fn shares_frame(frame: Option<u64>, other: PageState) -> bool {
+    matches!((frame, other), (Some(a), PageState::Present { frame: Some(b) }) if a == b)
+}
+
+/// A tiny list of class ids (chains are almost always 0 or 1 long) without allocating.
+mod smallvec_like {
+    use crate::page_index::ClassId;
+
+    #[derive(Default)]
+    pub struct Few {
+        inline: [ClassId; 4],
+        len: usize,
+        spill: Vec<ClassId>,
+    }
+
+    impl FromIterator<ClassId> for Few {
+        fn from_iter<I: IntoIterator<Item = ClassId>>(iter: I) -> Self {
+            let mut f = Few::default();
+            for c in iter {
+                if f.len < 4 {
+                    f.inline[f.len] = c;
+                    f.len += 1;
+                } else {
+                    f.spill.push(c);
+                }
+            }
+            f
+        }
+    }
+
+    impl Few {
+        pub fn iter(&self) -> impl Iterator<Item = ClassId> + '_ {
+            self.inline[..self.len]
+                .iter()
+                .copied()
+                .chain(self.spill.iter().copied())
+        }
+    }
+}
+
+/// CPU time consumed by the calling thread.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
