@@ -51,6 +51,7 @@ pub use pages_child::{ChildBacking, PagesChild};
 pub use process_maps::MapEntry;
 pub use process_memory::{is_exited, read_maps, ProcessMemory};
 pub use scanner::{
-    thread_cpu_time, PassStats, Scanner, ScannerConfig, SourceReport, DEFAULT_BATCH_PAGES,
+    thread_cpu_time, MatchStats, PageFingerprint, PassStats, Scanner, ScannerConfig, SourceReport,
+    DEFAULT_BATCH_PAGES,
 };
 pub use tracked_memory::TrackedMemory;

@@ -125,6 +125,35 @@ impl PagesChild {
         self.len == 0
     }
 
+    /// Overwrites the child's page `index` with `page` (`process_vm_writev`; needs the right to
+    /// ptrace the child, which its parent has).
+    pub fn write_page(&self, index: usize, page: &[u8]) -> io::Result<()> {
+        if page.len() != PAGE_SIZE || (index + 1) * PAGE_SIZE > self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "page {index} of {} bytes is outside the child's memory",
+                    page.len()
+                ),
+            ));
+        }
+        let local = libc::iovec {
+            iov_base: page.as_ptr() as *mut libc::c_void,
+            iov_len: PAGE_SIZE,
+        };
+        let remote = libc::iovec {
+            iov_base: (self.address as usize + index * PAGE_SIZE) as *mut libc::c_void,
+            iov_len: PAGE_SIZE,
+        };
+        // SAFETY: `local` describes the live `page` (only read); the kernel validates the
+        // remote range against the child's address space.
+        let r = unsafe { libc::process_vm_writev(self.pid, &local, 1, &remote, 1, 0) };
+        if r != PAGE_SIZE as isize {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Kills the child (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         if self.reaped {

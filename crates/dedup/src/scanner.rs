@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::page_index::{IndexSummary, PageIndex, PageLocation, SourceSummary};
 use crate::page_source::{PageSource, PageState};
-use crate::{is_zero_page, page_hash, DedupError, PAGE_SIZE};
+use crate::{is_zero_page, page_hash, page_prefix, DedupError, PAGE_SIZE};
 
 /// Pages read per call to a source (1 MiB).
 pub const DEFAULT_BATCH_PAGES: usize = 256;
@@ -144,6 +144,33 @@ pub struct Scanner {
     window: Window,
     last_match: Option<(PageLocation, PageLocation)>,
     progress: Option<Box<dyn FnMut(u32, u64) + Send>>,
+    fingerprint: Option<Vec<PageFingerprint>>,
+    match_stats: MatchStats,
+}
+
+/// One page as a pass saw it: where, its content hash, and its first 8 bytes (the seed's
+/// replacement heuristic compares both with the previous pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageFingerprint {
+    /// Where the page is.
+    pub location: PageLocation,
+    /// Its content hash ([`page_hash`]; all-zero pages included).
+    pub hash: u64,
+    /// Its first 8 bytes.
+    pub prefix: u64,
+}
+
+/// Counters of [`Scanner::find_match`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MatchStats {
+    /// Lookups.
+    pub lookups: u64,
+    /// Matches found (bytes equal).
+    pub matches: u64,
+    /// Matches found by the hint (lookahead), without hashing.
+    pub lookahead_hits: u64,
+    /// Hash hits whose bytes differed.
+    pub hash_mismatches: u64,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -169,6 +196,8 @@ impl Scanner {
             window: Window::default(),
             last_match: None,
             progress: None,
+            fingerprint: None,
+            match_stats: MatchStats::default(),
         }
     }
 
@@ -189,6 +218,69 @@ impl Scanner {
     /// Calls `f(source, pages_done_in_pass)` after every batch (tests use it to act mid-scan).
     pub fn on_progress(&mut self, f: impl FnMut(u32, u64) + Send + 'static) {
         self.progress = Some(Box::new(f));
+    }
+
+    /// Records every page read in the following passes (location, hash, first 8 bytes);
+    /// [`take_fingerprint`](Self::take_fingerprint) returns them. Costs a hash of every page,
+    /// also those lookahead matched.
+    pub fn record_fingerprint(&mut self, yes: bool) {
+        self.fingerprint = yes.then(Vec::new);
+    }
+
+    /// The pages recorded since the last call (empty unless recording).
+    pub fn take_fingerprint(&mut self) -> Vec<PageFingerprint> {
+        match self.fingerprint.as_mut() {
+            Some(f) => std::mem::take(f),
+            None => Vec::new(),
+        }
+    }
+
+    /// Finds an indexed page whose current bytes equal `bytes` (a page from elsewhere, such as
+    /// the host page cache): first `hint` (the page after the previous match: lookahead), then
+    /// the hash's classes, each confirmed by comparing bytes. `None` if no page matches.
+    pub fn find_match(&mut self, bytes: &[u8], hint: Option<PageLocation>) -> Option<PageLocation> {
+        self.match_stats.lookups += 1;
+        let empty = Batch {
+            source: u32::MAX,
+            start: 0,
+            buf: Vec::new(),
+            states: Vec::new(),
+        };
+        if let Some(h) = hint.filter(|_| self.config.lookahead) {
+            if self.index.class_of(h).is_some()
+                && Self::fetch(&mut self.slots, &mut self.window, &empty, h)
+                    .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }))
+            {
+                self.match_stats.matches += 1;
+                self.match_stats.lookahead_hits += 1;
+                return Some(h);
+            }
+        }
+        let hash = page_hash(bytes);
+        let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
+        for class in candidates.iter() {
+            for member in self.index.members(class).collect::<Vec<_>>() {
+                let same = Self::fetch(&mut self.slots, &mut self.window, &empty, member)
+                    .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }));
+                if same {
+                    self.match_stats.matches += 1;
+                    return Some(member);
+                }
+                self.match_stats.hash_mismatches += 1;
+            }
+        }
+        None
+    }
+
+    /// Counters of [`find_match`](Self::find_match).
+    pub fn match_stats(&self) -> MatchStats {
+        self.match_stats
+    }
+
+    /// Forgets the pages read around earlier comparisons (call when the sources' memory may
+    /// have changed since).
+    pub fn invalidate_window(&mut self) {
+        self.window.pages = 0;
     }
 
     /// The index.
@@ -380,6 +472,13 @@ impl Scanner {
         stats.pages_read += 1;
         report.pages_read += 1;
         let bytes = &batch.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+        if let Some(f) = self.fingerprint.as_mut() {
+            f.push(PageFingerprint {
+                location: l,
+                hash: page_hash(bytes),
+                prefix: page_prefix(bytes),
+            });
+        }
         if is_zero_page(bytes) {
             stats.zero_pages += 1;
             report.zero_pages += 1;

@@ -1,5 +1,8 @@
 //! The scanner on real processes: forked children holding known pages, scanned by pid.
 
+// Address ranges of one mapping are meant as one-element lists of ranges here.
+#![allow(clippy::single_range_in_vec_init)]
+
 use std::time::{Duration, Instant};
 
 use memvisor_dedup::{
