@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum DedupError {
     /// The process is gone (it exited before or during the scan).
-    #[error("pid {pid}: process exited ({what})")]
+    #[error("pid {pid}: process not running (exited or never existed; {what})")]
     ProcessGone {
         /// The process.
         pid: i32,

@@ -47,6 +47,13 @@ impl PagesChild {
 
     /// Forks a child holding `contents` with the given backing.
     pub fn spawn_with(contents: &[u8], backing: ChildBacking) -> io::Result<Self> {
+        Self::spawn_as(contents, backing, None)
+    }
+
+    /// Forks a child holding `contents` with the given backing, running as user and group
+    /// `uid` if given (needs root; the child stays dumpable, so processes of that user may read
+    /// it).
+    pub fn spawn_as(contents: &[u8], backing: ChildBacking, uid: Option<u32>) -> io::Result<Self> {
         let len = contents.len();
         if len == 0 || len % PAGE_SIZE != 0 {
             return Err(io::Error::new(
@@ -72,7 +79,7 @@ impl PagesChild {
         if pid == 0 {
             // SAFETY: the child: raw system calls on descriptors and memory it owns; `contents`
             // and `memfd_name` are the parent's (copy-on-write) data, read only.
-            unsafe { child(contents, memfd_name.as_deref(), report[1], release[0]) }
+            unsafe { child(contents, memfd_name.as_deref(), uid, report[1], release[0]) }
         }
         // SAFETY: closing the child's ends in the parent; the descriptors are ours.
         unsafe {
@@ -183,12 +190,22 @@ impl Drop for PagesChild {
 unsafe fn child(
     contents: &[u8],
     memfd_name: Option<&std::ffi::CStr>,
+    uid: Option<u32>,
     report: libc::c_int,
     release: libc::c_int,
 ) -> ! {
     let len = contents.len();
     // SAFETY: (the whole body) raw system calls on memory and descriptors this process owns.
     unsafe {
+        if let Some(uid) = uid {
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(uid, uid, uid) < 0
+                || libc::setresuid(uid, uid, uid) < 0
+            {
+                libc::_exit(1);
+            }
+            libc::prctl(libc::PR_SET_DUMPABLE, 1);
+        }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         let p = match memfd_name {
             None => libc::mmap(

@@ -179,7 +179,7 @@ fn a_process_that_exits_mid_scan_is_reported_and_the_others_continue() {
     let r = scanner.reports();
     let err = r[0].error.as_deref().expect("A's error is recorded");
     assert!(
-        err.starts_with(&format!("pid {a_pid}: process exited")),
+        err.starts_with(&format!("pid {a_pid}: process not running")),
         "{err}"
     );
     assert_eq!(r[0].index.pages, 0, "A's pages leave the index");

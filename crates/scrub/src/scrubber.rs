@@ -271,8 +271,17 @@ impl Scrubber {
             .map_err(|e| ScrubError::file(path, "stat", e))?
             .len();
         img.size = size;
+        // cachestat(2) is what tells dirty pages apart: without it, nothing is dropped.
         img.cached_before = cachestat(file.as_fd(), 0, 0)
-            .map_err(|e| ScrubError::file(path, "cachestat", e))?
+            .map_err(|e| {
+                let what = if e.raw_os_error() == Some(libc::EPERM) {
+                    "cachestat (the kernel allows it only with write access to the file or \
+                     ownership; without it dirty pages cannot be told apart, so nothing is dropped)"
+                } else {
+                    "cachestat"
+                };
+                ScrubError::file(path, what, e)
+            })?
             .nr_cache;
         let resident =
             resident_pages(&file, size).map_err(|e| ScrubError::file(path, "mincore", e))?;
