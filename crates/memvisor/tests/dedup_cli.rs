@@ -47,7 +47,7 @@ fn json(o: &Output) -> serde_json::Value {
     })
 }
 
-fn process<'a>(v: &'a serde_json::Value, pid: i32) -> &'a serde_json::Value {
+fn process(v: &serde_json::Value, pid: i32) -> &serde_json::Value {
     v["processes"]
         .as_array()
         .unwrap()
