@@ -1,0 +1,103 @@
+//! The kernel's KSM for real (/sys/kernel/mm/ksm; root): memvisor's report of what KSM merged,
+//! and the settings guard. Tests that change global KSM settings hold `KsmSettingsGuard`, which
+//! serializes them (a file lock) and restores every setting it may change.
+
+use std::time::{Duration, Instant};
+
+use memvisor_dedup::{
+    madvise_mergeable, KsmSettings, KsmSettingsGuard, KsmStatus, ProcessKsmStat, ProcessMemory,
+    Scanner, ScannerConfig, PAGE_SIZE,
+};
+
+#[test]
+fn the_guard_restores_the_settings() {
+    let before = KsmSettings::read().unwrap();
+    {
+        let guard = KsmSettingsGuard::acquire().unwrap();
+        assert_eq!(guard.saved(), before);
+        KsmSettings {
+            run: before.run,
+            pages_to_scan: before.pages_to_scan + 17,
+            sleep_millisecs: before.sleep_millisecs + 3,
+        }
+        .apply()
+        .unwrap();
+        assert_eq!(
+            KsmStatus::read().unwrap().pages_to_scan,
+            before.pages_to_scan + 17
+        );
+    }
+    assert_eq!(KsmSettings::read().unwrap(), before);
+}
+
+#[test]
+fn pages_ksm_merged_are_reported_as_sharing_a_frame() {
+    const PAIRS: usize = 128;
+    let len = 2 * PAIRS * PAGE_SIZE;
+    // SAFETY: a fresh private anonymous mapping, unmapped at the end.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: the mapping is ours and `len` bytes long.
+    let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+    // Page i and page i + PAIRS hold the same content, unique to this test.
+    let tag = std::process::id() as u64;
+    for i in 0..PAIRS {
+        for half in [0, PAIRS] {
+            let page = &mut mem[(i + half) * PAGE_SIZE..(i + half + 1) * PAGE_SIZE];
+            for (w, chunk) in page.chunks_mut(8).enumerate() {
+                chunk.copy_from_slice(&(tag << 32 | (i as u64) << 12 | w as u64).to_le_bytes());
+            }
+        }
+    }
+    let scan = || {
+        let mut s = Scanner::new(ScannerConfig::default());
+        s.add_source(Box::new(
+            ProcessMemory::open(std::process::id() as i32)
+                .unwrap()
+                .only(vec![p as u64..p as u64 + len as u64]),
+        ));
+        s.pass()
+    };
+    let before = scan();
+    assert_eq!(before.new_duplicates, PAIRS as u64);
+    assert_eq!(before.already_shared, 0);
+
+    let guard = KsmSettingsGuard::acquire().unwrap();
+    // SAFETY: our private anonymous mapping.
+    unsafe { madvise_mergeable(p.cast(), len) }.unwrap();
+    KsmSettings {
+        run: 1,
+        pages_to_scan: 5000,
+        sleep_millisecs: 10,
+    }
+    .apply()
+    .unwrap();
+    let pid = std::process::id() as i32;
+    let t = Instant::now();
+    while ProcessKsmStat::read(pid).unwrap().merging_pages < 2 * PAIRS as u64
+        && t.elapsed() < Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stat = ProcessKsmStat::read(pid).unwrap();
+    drop(guard);
+    assert!(stat.mergeable);
+    assert!(stat.merging_pages >= 2 * PAIRS as u64, "{stat:?}");
+    let after = scan();
+    assert_eq!(after.new_duplicates, PAIRS as u64);
+    assert_eq!(
+        after.already_shared, PAIRS as u64,
+        "each pair shares one KSM page"
+    );
+    // SAFETY: our mapping, no longer used.
+    unsafe { libc::munmap(p, len) };
+}
