@@ -125,11 +125,9 @@ fn main() {
     // 2. By pid, from a child holding a copy (the guest path).
     let child = PagesChild::spawn(mem).expect("fork a child holding the memory");
     let mut s = Scanner::new(ScannerConfig::default());
-    s.add_source(Box::new(
-        ProcessMemory::open(child.pid())
-            .unwrap()
-            .only(vec![child.address()..child.address() + len as u64]),
-    ));
+    s.add_source(Box::new(ProcessMemory::open(child.pid()).unwrap().only(
+        std::iter::once(child.address()..child.address() + len as u64).collect(),
+    )));
     let pass = s.pass();
     report(
         "memvisor scanner, another process by pid",

@@ -63,7 +63,7 @@ fn pages_ksm_merged_are_reported_as_sharing_a_frame() {
         s.add_source(Box::new(
             ProcessMemory::open(std::process::id() as i32)
                 .unwrap()
-                .only(vec![p as u64..p as u64 + len as u64]),
+                .only(std::iter::once(p as u64..p as u64 + len as u64).collect()),
         ));
         s.pass()
     };

@@ -67,7 +67,7 @@ fn meminfo_never_panics() {
 
 #[test]
 fn qemu_command_lines_never_panic() {
-    let real: &[u8] = b"qemu-system-x86_64\0-name\0guest=vm1,debug-threads=on\0-m\01G\0-drive\0file=/v/a,,b.img,if=virtio,cache=writeback\0-hdb\0/b.raw\0-blockdev\0driver=file,node-name=f,filename=/c\0";
+    let real: &[u8] = b"qemu-system-x86_64\0-name\0guest=vm1,debug-threads=on\0-m\x001G\0-drive\0file=/v/a,,b.img,if=virtio,cache=writeback\0-hdb\0/b.raw\0-blockdev\0driver=file,node-name=f,filename=/c\0";
     let mut rng = Prng(4);
     for _ in 0..5000 {
         let t = mutate(&mut rng, real);
