@@ -170,3 +170,30 @@ fn bad_arguments_are_refused() {
     let o = memvisor(&["dedup".into(), "notapid".into()], None);
     assert!(!o.status.success());
 }
+
+#[test]
+fn ksm_tune_steers_ksmd_and_restores_its_settings() {
+    // The guard inside memvisor serializes this with the other KSM tests (a file lock).
+    let before = memvisor_dedup::KsmSettings::read().unwrap();
+    let a = PagesChild::spawn(&pages(&[1_000_011, 1_000_011])).unwrap();
+    let o = memvisor(
+        &[
+            "dedup".into(),
+            "--ksm-tune".into(),
+            "--passes".into(),
+            "3".into(),
+            "--interval".into(),
+            "0.2".into(),
+            a.pid().to_string(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for pass in 1..=3 {
+        assert!(err.contains(&format!("ksm-tune pass {pass}:")), "{err}");
+    }
+    assert!(err.contains("pages every"), "{err}");
+    // Settings are restored whatever the loop set.
+    assert_eq!(memvisor_dedup::KsmSettings::read().unwrap(), before);
+}

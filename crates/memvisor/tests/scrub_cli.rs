@@ -179,3 +179,39 @@ fn bad_arguments_are_refused() {
         assert!(!o.stderr.is_empty());
     }
 }
+
+#[test]
+fn the_foreground_loop_scrubs_on_its_timer() {
+    let img = image(1..=16, 0o600);
+    let child = guest(&[1, 2, 3], None);
+    let mut fg = Command::new(env!("CARGO_BIN_EXE_memvisor"))
+        .args([
+            "scrub",
+            "--image",
+            img.path().to_str().unwrap(),
+            "--tick=0.05",
+            "--initial-period=0.1",
+            "--min-period=0.05",
+            "--max-period=1",
+            // No pressure scrubs: only the timer (cached memory is never above 100%, free
+            // memory never below 0).
+            "--th-frac-cached=1",
+            "--th-frac-free=0",
+            &child.pid().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while resident(&img)[..3] != [false; 3] && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fg.kill().unwrap();
+    let out = fg.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(&resident(&img)[..4], &[false, false, false, true], "{text}");
+    assert!(
+        text.contains("scrub #1 (Timer): 1 VMs, dropped 3 pages"),
+        "{text}"
+    );
+}
