@@ -94,11 +94,16 @@ impl KsmSettingsGuard {
     pub fn saved(&self) -> KsmSettings {
         self.saved
     }
+
+    /// Writes the saved settings back now (dropping the guard does it too).
+    pub fn restore(&self) -> Result<(), DedupError> {
+        self.saved.apply()
+    }
 }
 
 impl Drop for KsmSettingsGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.saved.apply() {
+        if let Err(e) = self.restore() {
             eprintln!(
                 "memvisor: could not restore KSM settings {:?}: {e}",
                 self.saved

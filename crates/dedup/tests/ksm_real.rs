@@ -11,22 +11,22 @@ use memvisor_dedup::{
 
 #[test]
 fn the_guard_restores_the_settings() {
-    let before = KsmSettings::read().unwrap();
-    {
-        let guard = KsmSettingsGuard::acquire().unwrap();
-        assert_eq!(guard.saved(), before);
-        KsmSettings {
-            run: before.run,
-            pages_to_scan: before.pages_to_scan + 17,
-            sleep_millisecs: before.sleep_millisecs + 3,
-        }
-        .apply()
-        .unwrap();
-        assert_eq!(
-            KsmStatus::read().unwrap().pages_to_scan,
-            before.pages_to_scan + 17
-        );
+    // Everything under the lock: other tests change the settings between their own guards.
+    let guard = KsmSettingsGuard::acquire().unwrap();
+    let before = guard.saved();
+    assert_eq!(KsmSettings::read().unwrap(), before);
+    KsmSettings {
+        run: before.run,
+        pages_to_scan: before.pages_to_scan + 17,
+        sleep_millisecs: before.sleep_millisecs + 3,
     }
+    .apply()
+    .unwrap();
+    assert_eq!(
+        KsmStatus::read().unwrap().pages_to_scan,
+        before.pages_to_scan + 17
+    );
+    guard.restore().unwrap();
     assert_eq!(KsmSettings::read().unwrap(), before);
 }
 
@@ -100,4 +100,68 @@ fn pages_ksm_merged_are_reported_as_sharing_a_frame() {
     );
     // SAFETY: our mapping, no longer used.
     unsafe { libc::munmap(p, len) };
+}
+
+#[test]
+fn shared_memfd_memory_is_not_merged_by_ksm() {
+    // QEMU's memory-backend-memfd (share=on) and memvisor's pager regions are shared memfd
+    // mappings: KSM merges anonymous private pages only. memvisor's report still finds their
+    // duplicates.
+    const PAGES: usize = 64;
+    let len = PAGES * PAGE_SIZE;
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"ksm-test".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: our descriptor; a shared mapping of `len` bytes, unmapped at the end.
+    let p = unsafe {
+        assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: the mapping is ours and `len` bytes long.
+    let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+    for (i, b) in mem.iter_mut().enumerate() {
+        *b = (i % PAGE_SIZE) as u8 ^ 0x5a;
+    }
+    let guard = KsmSettingsGuard::acquire().unwrap();
+    // SAFETY: our mapping (madvise accepts it and KSM ignores shared mappings).
+    let advised = unsafe { madvise_mergeable(p.cast(), len) };
+    KsmSettings {
+        run: 1,
+        pages_to_scan: 5000,
+        sleep_millisecs: 10,
+    }
+    .apply()
+    .unwrap();
+    // The same settings merged 2 x 128 private pages in well under a second (test above).
+    std::thread::sleep(Duration::from_millis(500));
+    let stat = ProcessKsmStat::read(std::process::id() as i32).unwrap();
+    drop(guard);
+    assert!(
+        advised.is_ok(),
+        "madvise accepts the shared mapping: {advised:?}"
+    );
+    assert!(!stat.mergeable, "but KSM does not take it: {stat:?}");
+    assert_eq!((stat.rmap_items, stat.merging_pages), (0, 0), "{stat:?}");
+    let mut s = Scanner::new(ScannerConfig::default());
+    s.add_source(Box::new(
+        ProcessMemory::open(std::process::id() as i32)
+            .unwrap()
+            .only(std::iter::once(p as u64..p as u64 + len as u64).collect()),
+    ));
+    let pass = s.pass();
+    assert_eq!(pass.new_duplicates, PAGES as u64 - 1);
+    assert_eq!(pass.already_shared, 0);
+    // SAFETY: our mapping and descriptor.
+    unsafe {
+        libc::munmap(p, len);
+        libc::close(fd);
+    }
 }
