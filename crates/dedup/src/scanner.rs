@@ -472,13 +472,16 @@ impl Scanner {
         stats.pages_read += 1;
         report.pages_read += 1;
         let bytes = &batch.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-        if let Some(f) = self.fingerprint.as_mut() {
+        // When recording, hash every page once here and reuse the hash for the lookup.
+        let recorded_hash = self.fingerprint.as_mut().map(|f| {
+            let hash = page_hash(bytes);
             f.push(PageFingerprint {
                 location: l,
-                hash: page_hash(bytes),
+                hash,
                 prefix: page_prefix(bytes),
             });
-        }
+            hash
+        });
         if is_zero_page(bytes) {
             stats.zero_pages += 1;
             report.zero_pages += 1;
@@ -512,7 +515,7 @@ impl Scanner {
                 }
             }
         }
-        let hash = page_hash(bytes);
+        let hash = recorded_hash.unwrap_or_else(|| page_hash(bytes));
         stats.pages_hashed += 1;
         let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
         for class in candidates.iter() {
