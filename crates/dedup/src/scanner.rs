@@ -248,7 +248,7 @@ impl Scanner {
         };
         if let Some(h) = hint.filter(|_| self.config.lookahead) {
             if self.index.class_of(h).is_some()
-                && Self::fetch(&mut self.slots, &mut self.window, &empty, h)
+                && Self::fetch(&mut self.slots, &mut self.window, &empty, h, true)
                     .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }))
             {
                 self.match_stats.matches += 1;
@@ -260,7 +260,7 @@ impl Scanner {
         let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             for member in self.index.members(class).collect::<Vec<_>>() {
-                let same = Self::fetch(&mut self.slots, &mut self.window, &empty, member)
+                let same = Self::fetch(&mut self.slots, &mut self.window, &empty, member, false)
                     .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }));
                 if same {
                     self.match_stats.matches += 1;
@@ -306,12 +306,15 @@ impl Scanner {
     }
 
     /// Reads `l`'s current bytes and state: from the batch being scanned, or the window,
-    /// reading a new window if needed. `None` if the page cannot be read now.
+    /// reading a new window if needed: `WINDOW_PAGES` pages from `l` when `ahead` (a lookahead
+    /// comparison, likely followed by more at the next addresses), else `l` alone. `None` if the
+    /// page cannot be read now.
     fn fetch<'a>(
         slots: &mut [Slot],
         window: &'a mut Window,
         batch: &'a Batch,
         l: PageLocation,
+        ahead: bool,
     ) -> Option<(&'a [u8], PageState)> {
         if let Some(hit) = batch.get(l) {
             return Some(hit);
@@ -321,14 +324,19 @@ impl Scanner {
             if slot.dead {
                 return None;
             }
+            let n = if ahead { WINDOW_PAGES } else { 1 };
             window.source = l.source;
             window.start = l.address;
             window.buf.resize(WINDOW_PAGES * PAGE_SIZE, 0);
             window.states.resize(WINDOW_PAGES, PageState::Absent);
-            window.pages = WINDOW_PAGES;
+            window.pages = n;
             if slot
                 .source
-                .read(l.address, &mut window.buf, &mut window.states)
+                .read(
+                    l.address,
+                    &mut window.buf[..n * PAGE_SIZE],
+                    &mut window.states[..n],
+                )
                 .is_err()
             {
                 // Past the end of a mapping, or the source failed: fall back to the one page.
@@ -497,9 +505,10 @@ impl Scanner {
                         address: y.address + PAGE_SIZE as u64,
                     };
                     if let Some(class) = self.index.class_of(next) {
-                        let same = Self::fetch(&mut self.slots, &mut self.window, batch, next)
-                            .filter(|(b, _)| *b == bytes)
-                            .map(|(_, st)| st);
+                        let same =
+                            Self::fetch(&mut self.slots, &mut self.window, batch, next, true)
+                                .filter(|(b, _)| *b == bytes)
+                                .map(|(_, st)| st);
                         if let Some(st) = same {
                             self.index.join(class, l);
                             stats.lookahead_hits += 1;
@@ -520,7 +529,7 @@ impl Scanner {
         let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             let rep = self.index.representative(class);
-            let same = Self::fetch(&mut self.slots, &mut self.window, batch, rep)
+            let same = Self::fetch(&mut self.slots, &mut self.window, batch, rep, false)
                 .filter(|(b, _)| *b == bytes)
                 .map(|(_, st)| st);
             match same {
