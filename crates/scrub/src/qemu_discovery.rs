@@ -1,5 +1,5 @@
 //! Finding VMs: QEMU processes (`/proc/PID/exe` is `qemu-system-*`), their disk images (regular
-//! files among `/proc/PID/fd`, and `-drive file=`, `-hda`..`-hdd`, `-blockdev filename=` of the
+//! files among `/proc/PID/fd` outside /usr, and `-drive file=`, `-hda`..`-hdd`, `-blockdev filename=` of the
 //! command line) and their guest RAM (the `memory-backend-memfd` mapping, else the largest
 //! private anonymous read-write mapping).
 
@@ -147,7 +147,8 @@ pub fn guest_ram(maps: &[MapEntry]) -> Vec<Range<u64>> {
 }
 
 /// Regular files the process has open that may be disk images (not memfds, not deleted files,
-/// not under /dev, /proc, /sys).
+/// not under /dev, /proc, /sys, and not under /usr, where QEMU's firmware and option ROMs live:
+/// it holds them open briefly at start-up).
 fn open_regular_files(pid: i32) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();

@@ -2,7 +2,8 @@
 //! RAM, then for each page of its disk images in the host page cache: hash it, look for a guest
 //! page with the same bytes, and drop the host copy when the guest holds one.
 //!
-//! Safety of the data: only pages whose bytes equal a guest page *now* are candidates; a
+//! Safety of the data: only pages whose bytes equal a guest page *now* (read while the same
+//! chunk of 256 image pages is processed, within milliseconds) are candidates; a
 //! candidate range is dropped only if `cachestat(2)` reports no dirty or writeback page in it
 //! (a dirty page is checked page by page and kept), and `posix_fadvise(DONTNEED)` itself never
 //! drops dirty, writeback or mapped pages, so a page dirtied after the check is kept too.
@@ -22,7 +23,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use memvisor_dedup::{
-    page_hash, thread_cpu_time, PageLocation, ProcessMemory, Scanner, ScannerConfig, PAGE_SIZE,
+    is_exited, page_hash, thread_cpu_time, DedupError, PageLocation, ProcessMemory, Scanner,
+    ScannerConfig, PAGE_SIZE,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -255,6 +257,20 @@ impl Scrubber {
         if let Some(h) = self.history.get_mut(&vm.pid) {
             h.evicted = evicted;
         }
+        if is_exited(vm.pid) {
+            // Lookups into its memory failed from then on, so nothing more was dropped.
+            self.history.remove(&vm.pid);
+            return Err(ScrubError::Guest {
+                pid: vm.pid,
+                source: DedupError::ProcessGone {
+                    pid: vm.pid,
+                    what: format!(
+                        "exited during the scrub; {} pages dropped before, none after",
+                        out.dropped()
+                    ),
+                },
+            });
+        }
         Ok(())
     }
 
@@ -291,6 +307,8 @@ impl Scrubber {
         let mut hint: Option<PageLocation> = None;
         'chunks: while page < resident.len() {
             let end = (page + CHUNK_PAGES).min(resident.len());
+            // Guest pages read for an earlier chunk may have changed since: read them again.
+            scanner.invalidate_window();
             let mut i = page;
             let mut chunk_candidates: Vec<u64> = Vec::new();
             while i < end {

@@ -272,3 +272,39 @@ fn replacement_heuristic_tells_evicted_from_modified() {
     assert_eq!(i.kept_not_in_guest, 3);
     assert!(resident(&img)[0]);
 }
+
+#[test]
+fn a_guest_that_exits_mid_scrub_is_reported_and_nothing_more_is_dropped() {
+    // The guest holds image pages 0..16 and 300..316; it is killed after the first chunk
+    // (pages 0..256) of the image was processed.
+    let img = image(1..=600);
+    let mut mem: Vec<Vec<u8>> = (0..16).map(|p| page(p + 1)).collect();
+    mem.extend((300..316).map(|p| page(p + 1)));
+    let child = guest(&mem);
+    let pid = child.pid();
+    let v = vm(&child, &[&img]);
+    let mut scrubber = Scrubber::new(ScrubOptions::default());
+    scrubber.on_chunk(move |_, offset| {
+        if offset == 256 * PAGE_SIZE as u64 {
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            while !memvisor_dedup::is_exited(pid) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    });
+    let r = scrubber.scrub_vm(&v);
+    let e = r.error.as_deref().expect("the exit is reported");
+    assert!(
+        e.contains("exited during the scrub; 16 pages dropped before"),
+        "{e}"
+    );
+    assert_eq!(r.images[0].dropped, 16);
+    let after = resident(&img);
+    assert!(after[..16].iter().all(|&x| !x));
+    assert!(
+        after[16..].iter().all(|&x| x),
+        "nothing dropped after the guest exited"
+    );
+    drop(child);
+}
