@@ -2,6 +2,7 @@
 //! them, zero pages, lookahead hits), what the kernel's KSM merges now, and optionally a control
 //! loop steering ksmd's rate from the measured arrival of new duplicates.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -30,7 +31,7 @@ pub struct DedupArgs {
     #[arg(long)]
     json: bool,
     /// Steer ksmd's pages_to_scan and sleep_millisecs from the rate of new duplicates (root);
-    /// the settings are restored when the passes end.
+    /// the settings are restored when the passes end or on SIGINT/SIGTERM.
     #[arg(long)]
     ksm_tune: bool,
     /// Seconds between passes.
@@ -58,6 +59,39 @@ pub enum DedupCommandError {
     /// A bad argument.
     #[error("{0}")]
     Argument(String),
+}
+
+/// Set by SIGINT or SIGTERM during `--ksm-tune`: the loop ends and the KSM settings are restored.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe); `sigaction` gets a
+        // zeroed, then filled, struct that outlives the call.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Sleeps `d`, waking early if interrupted; returns whether it was.
+fn sleep_unless_interrupted(d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while !INTERRUPTED.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= end {
+            return false;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(50)));
+    }
+    true
 }
 
 fn comm(pid: i32) -> String {
@@ -102,6 +136,7 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
         }
     }
     let guard = if args.ksm_tune {
+        catch_interrupts();
         Some(KsmSettingsGuard::acquire()?)
     } else {
         None
@@ -111,8 +146,9 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
     let mut last_time = Instant::now();
     let mut stats = PassStats::default();
     for pass in 0..passes {
-        if pass > 0 {
-            std::thread::sleep(Duration::from_secs_f64(args.interval));
+        if pass > 0 && sleep_unless_interrupted(Duration::from_secs_f64(args.interval)) {
+            eprintln!("memvisor: interrupted; KSM settings restored");
+            break;
         }
         stats = scanner.pass();
         if args.ksm_tune {

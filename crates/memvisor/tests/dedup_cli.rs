@@ -197,3 +197,47 @@ fn ksm_tune_steers_ksmd_and_restores_its_settings() {
     // Settings are restored whatever the loop set.
     assert_eq!(memvisor_dedup::KsmSettings::read().unwrap(), before);
 }
+
+#[test]
+fn an_interrupted_ksm_tune_restores_the_settings() {
+    let before = memvisor_dedup::KsmSettings::read().unwrap();
+    let a = PagesChild::spawn(&pages(&[1_000_021, 1_000_021])).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memvisor"))
+        .args([
+            "dedup",
+            "--ksm-tune",
+            "--passes",
+            "1000",
+            "--interval",
+            "0.1",
+        ])
+        .arg(a.pid().to_string())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the first tuning step, then interrupt.
+    let mut err = c.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("ksm-tune pass 1:") {
+        let n = std::io::Read::read(&mut err, &mut buf).unwrap();
+        assert!(
+            n > 0,
+            "memvisor ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    std::io::Read::read_to_end(&mut err, &mut seen).unwrap();
+    let status = c.wait().unwrap();
+    let text = String::from_utf8_lossy(&seen);
+    assert!(status.success(), "{text}");
+    assert!(
+        text.contains("interrupted; KSM settings restored"),
+        "{text}"
+    );
+    assert_eq!(memvisor_dedup::KsmSettings::read().unwrap(), before);
+}

@@ -146,23 +146,35 @@ pub fn guest_ram(maps: &[MapEntry]) -> Vec<Range<u64>> {
         .unwrap_or_default()
 }
 
-/// Regular files the process has open that may be disk images (not memfds, not deleted files,
-/// not under /dev, /proc, /sys, and not under /usr, where QEMU's firmware and option ROMs live:
-/// it holds them open briefly at start-up).
+/// Regular files the process has open that may be disk images: not stdin, stdout or stderr,
+/// not opened write-only or for appending (logs), not memfds or deleted files, not under /dev,
+/// /proc, /sys, and not under /usr, where QEMU's firmware and option ROMs live (it holds them
+/// open briefly at start-up).
 fn open_regular_files(pid: i32) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| {
+            let fd: u32 = e.file_name().to_str()?.parse().ok()?;
+            if fd <= 2 {
+                return None;
+            }
             let target = std::fs::read_link(e.path()).ok()?;
             let s = target.to_str()?;
             if !s.starts_with('/')
                 || s.starts_with("/memfd:")
                 || s.ends_with(" (deleted)")
-                || ["/dev/", "/proc/", "/sys/"]
+                || ["/dev/", "/proc/", "/sys/", "/usr/"]
                     .iter()
                     .any(|p| s.starts_with(p))
+            {
+                return None;
+            }
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+            let flags = fdinfo_flags(&info)?;
+            if flags & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32
+                || flags & libc::O_APPEND as u32 != 0
             {
                 return None;
             }
@@ -173,6 +185,13 @@ fn open_regular_files(pid: i32) -> Vec<PathBuf> {
                 .map(|_| target)
         })
         .collect()
+}
+
+/// The open flags (`flags:` line, octal) of a `/proc/PID/fdinfo/N` text.
+pub fn fdinfo_flags(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
 }
 
 /// Describes the VM run by `pid`. Errors (process gone, permission denied) name the pid.
@@ -280,6 +299,16 @@ mod tests {
         );
         assert!(is_qemu_exe(Path::new("/usr/bin/qemu-system-x86_64")));
         assert!(!is_qemu_exe(Path::new("/usr/bin/qemu-img")));
+    }
+
+    #[test]
+    fn fdinfo_flags_are_octal() {
+        assert_eq!(
+            fdinfo_flags("pos:\t0\nflags:\t0102002\nmnt_id:\t5\n"),
+            Some(0o102002)
+        );
+        assert_eq!(fdinfo_flags("pos: 0\n"), None);
+        assert_eq!(fdinfo_flags("flags: 9\n"), None);
     }
 
     #[test]

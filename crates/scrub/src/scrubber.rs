@@ -321,9 +321,9 @@ impl Scrubber {
                 while j < end && resident[j] {
                     j += 1;
                 }
-                // Read resident pages [i, j).
+                // Read resident pages [i, j) (the last page of the file may be partial).
                 let off = (i * PAGE_SIZE) as u64;
-                let want = (j - i) * PAGE_SIZE;
+                let want = ((j - i) * PAGE_SIZE).min(size.saturating_sub(off) as usize);
                 let got = read_full(&file, &mut buf[..want], off)
                     .map_err(|e| ScrubError::file(path, format!("reading at offset {off}"), e))?;
                 let whole_pages = got.div_ceil(PAGE_SIZE);

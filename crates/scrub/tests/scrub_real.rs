@@ -308,3 +308,56 @@ fn a_guest_that_exits_mid_scrub_is_reported_and_nothing_more_is_dropped() {
     );
     drop(child);
 }
+
+#[test]
+fn a_partial_last_page_is_compared_zero_padded() {
+    // 3.5 pages: the page cache holds the last page zero-padded, as a guest would.
+    let mut f = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    for s in 1..=3 {
+        f.write_all(&page(s)).unwrap();
+    }
+    let half = &page(4)[..PAGE_SIZE / 2];
+    f.write_all(half).unwrap();
+    f.as_file().sync_all().unwrap();
+    let mut last = half.to_vec();
+    last.resize(PAGE_SIZE, 0);
+    let child = guest(&[last, page(2)]);
+    let mut scrubber = Scrubber::new(ScrubOptions::default());
+    let r = scrubber.scrub_vm(&vm(&child, &[&f]));
+    let i = &r.images[0];
+    assert_eq!(i.truncated_to, None);
+    assert_eq!((i.hashed, i.in_guest, i.dropped), (4, 2, 2));
+}
+
+#[test]
+fn discovery_takes_open_images_not_logs_or_standard_streams() {
+    let img = image(1..=2);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let log = dir.path().join("vm.log");
+    let out = File::create(dir.path().join("stdout")).unwrap();
+    let mut sh = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 3<'{}' 4>>'{}' 5<>'{}'; echo ready; exec sleep 30",
+            img.path().display(),
+            log.display(),
+            img.path().display()
+        ))
+        .stdout(out)
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let vm = loop {
+        let vm = memvisor_scrub::describe_vm(sh.id() as i32).unwrap();
+        if !vm.images.is_empty()
+            && std::fs::read_to_string(dir.path().join("stdout")).is_ok_and(|s| s.contains("ready"))
+        {
+            break vm;
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    sh.kill().unwrap();
+    sh.wait().unwrap();
+    assert_eq!(vm.images, vec![img.path().canonicalize().unwrap()]);
+}
