@@ -22,9 +22,9 @@
 use std::time::{Duration, Instant};
 
 use memvisor_dedup::{
-    ksmd_pid, madvise_mergeable, process_cpu_time, KsmSettings, KsmSettingsGuard, KsmStatus,
-    LocalMemory, PagesChild, ProcessKsmStat, ProcessMemory, Scanner, ScannerConfig, TrackedMemory,
-    PAGE_SIZE,
+    ksmd_pid, madvise_mergeable, madvise_unmergeable, process_cpu_time, KsmSettings,
+    KsmSettingsGuard, KsmStatus, LocalMemory, PagesChild, ProcessKsmStat, ProcessMemory, Scanner,
+    ScannerConfig, TrackedMemory, PAGE_SIZE,
 };
 
 fn arg<T: std::str::FromStr>(n: usize, default: T) -> T {
@@ -203,7 +203,9 @@ fn main() {
     let c1 = process_cpu_time(ksmd).unwrap();
     let wall = t0.elapsed();
     let merged = ProcessKsmStat::read(std::process::id() as i32).unwrap();
-    // Stop ksmd and unmerge this buffer before restoring.
+    // Unmerge this buffer (at once, while ksmd still runs), stop ksmd, restore.
+    // SAFETY: our private anonymous mapping.
+    unsafe { madvise_unmergeable(p.cast(), len) }.unwrap();
     KsmSettings {
         run: 0,
         ..guard.saved()

@@ -132,6 +132,25 @@ pub unsafe fn madvise_mergeable(start: *mut u8, len: usize) -> Result<(), DedupE
     Ok(())
 }
 
+/// Marks `[start, start + len)` `MADV_UNMERGEABLE`: KSM unmerges its pages at once (each gets
+/// its own copy again) and stops scanning it.
+///
+/// # Safety
+/// As [`madvise_mergeable`].
+pub unsafe fn madvise_unmergeable(start: *mut u8, len: usize) -> Result<(), DedupError> {
+    // SAFETY: the caller guarantees the range is mapped and owned; unmerging keeps contents.
+    let r = unsafe { libc::madvise(start.cast(), len, libc::MADV_UNMERGEABLE) };
+    if r < 0 {
+        return Err(DedupError::DirtyTracking {
+            start: start as usize,
+            len,
+            what: "madvise(MADV_UNMERGEABLE)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 /// The pid of the `ksmd` kernel thread.
 pub fn ksmd_pid() -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {

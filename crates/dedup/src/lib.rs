@@ -39,8 +39,8 @@ mod tracked_memory;
 
 pub use dedup_error::DedupError;
 pub use ksm_control::{
-    ksmd_pid, madvise_mergeable, parse_stat_cpu_ticks, process_cpu_time, KsmSettings,
-    KsmSettingsGuard,
+    ksmd_pid, madvise_mergeable, madvise_unmergeable, parse_stat_cpu_ticks, process_cpu_time,
+    KsmSettings, KsmSettingsGuard,
 };
 pub use ksm_status::{parse_number, KsmStatus, ProcessKsmStat, KSM_SYSFS};
 pub use ksm_tuner::{KsmTuner, KsmTunerConfig, TunerStep};
