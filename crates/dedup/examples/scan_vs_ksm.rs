@@ -206,6 +206,14 @@ fn main() {
     // Unmerge this buffer (at once, while ksmd still runs), stop ksmd, restore.
     // SAFETY: our private anonymous mapping.
     unsafe { madvise_unmergeable(p.cast(), len) }.unwrap();
+    let t = Instant::now();
+    while ProcessKsmStat::read(std::process::id() as i32)
+        .map(|s| s.merging_pages > 0)
+        .unwrap_or(false)
+        && t.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     KsmSettings {
         run: 0,
         ..guard.saved()

@@ -96,6 +96,14 @@ fn pages_ksm_merged_are_reported_as_sharing_a_frame() {
     // runs again.
     // SAFETY: our private anonymous mapping.
     unsafe { madvise_unmergeable(p.cast(), len) }.unwrap();
+    // ksmd drops its records of the unmerged pages on its next pass over them.
+    let t = Instant::now();
+    while ProcessKsmStat::read(pid).unwrap().merging_pages > 0
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(ProcessKsmStat::read(pid).unwrap().merging_pages, 0);
     drop(guard);
     assert_eq!(after.new_duplicates, PAIRS as u64);
     assert_eq!(
