@@ -8,6 +8,10 @@ use memvisor_dedup::{ChildBacking, PagesChild, PAGE_SIZE};
 
 const NOBODY: u32 = 65534;
 
+/// The tests that run `--ksm-tune` read the KSM settings before memvisor takes its lock: they
+/// run one at a time (other test binaries run after this one).
+static KSM_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A page determined by `seed`; seed 0 is the zero page.
 fn page(seed: u64) -> Vec<u8> {
     if seed == 0 {
@@ -173,7 +177,7 @@ fn bad_arguments_are_refused() {
 
 #[test]
 fn ksm_tune_steers_ksmd_and_restores_its_settings() {
-    // The guard inside memvisor serializes this with the other KSM tests (a file lock).
+    let _serial = KSM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     let before = memvisor_dedup::KsmSettings::read().unwrap();
     let a = PagesChild::spawn(&pages(&[1_000_011, 1_000_011])).unwrap();
     let o = memvisor(
@@ -200,6 +204,7 @@ fn ksm_tune_steers_ksmd_and_restores_its_settings() {
 
 #[test]
 fn an_interrupted_ksm_tune_restores_the_settings() {
+    let _serial = KSM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     let before = memvisor_dedup::KsmSettings::read().unwrap();
     let a = PagesChild::spawn(&pages(&[1_000_021, 1_000_021])).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_memvisor"))
