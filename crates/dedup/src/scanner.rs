@@ -3,10 +3,14 @@
 //! X+1 is compared with Y+1 before any hashing or lookup.
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::page_index::{IndexSummary, PageIndex, PageLocation, SourceSummary};
+use crate::class_list::ClassList;
+use crate::cpu_time::thread_cpu_time;
+use crate::page_fingerprint::PageFingerprint;
+use crate::page_index::{IndexSummary, PageIndex, PageLocation};
 use crate::page_source::{PageSource, PageState};
+use crate::scan_stats::{MatchStats, PassStats, SourceReport};
 use crate::{is_zero_page, page_hash, page_prefix, DedupError, PAGE_SIZE};
 
 /// Pages read per call to a source (1 MiB).
@@ -30,56 +34,6 @@ impl Default for ScannerConfig {
             batch_pages: DEFAULT_BATCH_PAGES,
         }
     }
-}
-
-/// Counters of one pass over every source.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PassStats {
-    /// Pages read (present in memory).
-    pub pages_read: u64,
-    /// Of those, all-zero pages (counted, not indexed).
-    pub zero_pages: u64,
-    /// Pages hashed (read, non-zero, not matched by lookahead).
-    pub pages_hashed: u64,
-    /// Pages matched by lookahead (no hash, no lookup).
-    pub lookahead_hits: u64,
-    /// Lookahead comparisons that failed (a hash and lookup followed).
-    pub lookahead_misses: u64,
-    /// Pages found equal to an indexed page in this pass (new duplicates).
-    pub new_duplicates: u64,
-    /// Of those, pages that already share a physical frame with the page they match (KSM merged
-    /// them, or they map the same file page).
-    pub already_shared: u64,
-    /// Hash matches whose bytes differed (a collision, or content changed since indexing).
-    pub hash_mismatches: u64,
-    /// Pages not in memory (not read).
-    pub absent_pages: u64,
-    /// Pages that could not be read.
-    pub unreadable_pages: u64,
-    /// Wall time of the pass.
-    pub wall: Duration,
-    /// CPU time of the scanning thread during the pass.
-    pub cpu: Duration,
-}
-
-/// What the scanner knows about one source.
-#[derive(Debug, Clone, Default)]
-pub struct SourceReport {
-    /// The source's name.
-    pub name: String,
-    /// Pages read in the last pass.
-    pub pages_read: u64,
-    /// All-zero pages in the last pass (of an incremental source: among the pages re-read).
-    pub zero_pages: u64,
-    /// Pages not in memory in the last pass.
-    pub absent_pages: u64,
-    /// Unreadable pages in the last pass.
-    pub unreadable_pages: u64,
-    /// Index totals for this source.
-    pub index: SourceSummary,
-    /// Why the source was dropped (it exited, permission denied, ...); its pages are no longer
-    /// in the index.
-    pub error: Option<String>,
 }
 
 struct Slot {
@@ -146,31 +100,6 @@ pub struct Scanner {
     progress: Option<Box<dyn FnMut(u32, u64) + Send>>,
     fingerprint: Option<Vec<PageFingerprint>>,
     match_stats: MatchStats,
-}
-
-/// One page as a pass saw it: where, its content hash, and its first 8 bytes (the seed's
-/// replacement heuristic compares both with the previous pass).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageFingerprint {
-    /// Where the page is.
-    pub location: PageLocation,
-    /// Its content hash ([`page_hash`]; all-zero pages included).
-    pub hash: u64,
-    /// Its first 8 bytes.
-    pub prefix: u64,
-}
-
-/// Counters of [`Scanner::find_match`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MatchStats {
-    /// Lookups.
-    pub lookups: u64,
-    /// Matches found (bytes equal).
-    pub matches: u64,
-    /// Matches found by the hint (lookahead), without hashing.
-    pub lookahead_hits: u64,
-    /// Hash hits whose bytes differed.
-    pub hash_mismatches: u64,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -257,7 +186,7 @@ impl Scanner {
             }
         }
         let hash = page_hash(bytes);
-        let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
+        let candidates: ClassList = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             for member in self.index.members(class).collect::<Vec<_>>() {
                 let same = Self::fetch(&mut self.slots, &mut self.window, &empty, member, false)
@@ -526,7 +455,7 @@ impl Scanner {
         }
         let hash = recorded_hash.unwrap_or_else(|| page_hash(bytes));
         stats.pages_hashed += 1;
-        let candidates: smallvec_like::Few = self.index.candidates(hash).collect();
+        let candidates: ClassList = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             let rep = self.index.representative(class);
             let same = Self::fetch(&mut self.slots, &mut self.window, batch, rep, false)
@@ -552,51 +481,4 @@ impl Scanner {
 
 fn shares_frame(frame: Option<u64>, other: PageState) -> bool {
     matches!((frame, other), (Some(a), PageState::Present { frame: Some(b) }) if a == b)
-}
-
-/// A tiny list of class ids (chains are almost always 0 or 1 long) without allocating.
-mod smallvec_like {
-    use crate::page_index::ClassId;
-
-    #[derive(Default)]
-    pub struct Few {
-        inline: [ClassId; 4],
-        len: usize,
-        spill: Vec<ClassId>,
-    }
-
-    impl FromIterator<ClassId> for Few {
-        fn from_iter<I: IntoIterator<Item = ClassId>>(iter: I) -> Self {
-            let mut f = Few::default();
-            for c in iter {
-                if f.len < 4 {
-                    f.inline[f.len] = c;
-                    f.len += 1;
-                } else {
-                    f.spill.push(c);
-                }
-            }
-            f
-        }
-    }
-
-    impl Few {
-        pub fn iter(&self) -> impl Iterator<Item = ClassId> + '_ {
-            self.inline[..self.len]
-                .iter()
-                .copied()
-                .chain(self.spill.iter().copied())
-        }
-    }
-}
-
-/// CPU time consumed by the calling thread.
-pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
