@@ -24,6 +24,7 @@ mod qemu_discovery;
 mod residency;
 mod scrub_controller;
 mod scrub_error;
+mod scrub_report;
 mod scrubber;
 
 pub use cachestat::{cachestat, CacheStat};
@@ -35,4 +36,5 @@ pub use qemu_discovery::{
 pub use residency::{drop_range, resident_pages};
 pub use scrub_controller::{ScrubControlConfig, ScrubController, ScrubReason};
 pub use scrub_error::ScrubError;
-pub use scrubber::{ImageScrub, ScrubOptions, Scrubber, VmScrub};
+pub use scrub_report::{ImageScrub, VmScrub};
+pub use scrubber::{ScrubOptions, Scrubber};
