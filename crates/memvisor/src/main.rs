@@ -1,6 +1,8 @@
 //! `memvisor`: the command-line front end. Each subcommand lives in its own module and calls
 //! into the component crates; this file only parses arguments and reports errors.
 
+mod dedup_command;
+mod scrub_command;
 mod sim_command;
 mod source_args;
 mod trace_command;
@@ -23,6 +25,10 @@ enum Command {
     Sim(sim_command::SimArgs),
     /// Trace utilities: convert between formats.
     Trace(trace_command::TraceArgs),
+    /// Duplicate pages within and across processes, and what the kernel's KSM merges.
+    Dedup(dedup_command::DedupArgs),
+    /// Exclusive host cache: drop host page-cache pages of VM images the guests hold.
+    Scrub(scrub_command::ScrubArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +36,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim_command::run(args).map_err(|e| e.to_string()),
         Command::Trace(args) => trace_command::run(args).map_err(|e| e.to_string()),
+        Command::Dedup(args) => dedup_command::run(args).map_err(|e| e.to_string()),
+        Command::Scrub(args) => scrub_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
