@@ -159,8 +159,8 @@ impl FaultHandler {
     }
 
     /// After a page-in, with an engine: evicts until `headroom` chunks of the budget (at most a
-    /// quarter of it) are free
-    /// (counting writes in flight as free soon), at most the engine's depth of writes at once.
+    /// quarter of it) are free, counting writes in flight as free soon, with at most the
+    /// engine's depth of writes in flight.
     pub(super) fn keep_headroom(&mut self) {
         let Some(depth) = self.engine.as_ref().map(|e| e.depth()) else {
             return;

@@ -71,8 +71,8 @@ impl FaultHandler {
 
     /// Makes `[offset, offset + len)` read as zeros, like `MADV_DONTNEED` on private anonymous
     /// memory. Whole chunks leave memory and swap (a poisoned chunk becomes a fresh zero chunk);
-    /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out, in
-    /// its swap copy (read, zeroed, written back).
+    /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out,
+    /// during a page-in, between the read and the mapping.
     fn discard(&mut self, offset: usize, len: usize) {
         let end = (offset + len).min(self.len);
         let mut at = offset;
