@@ -28,6 +28,7 @@
 //! [`Mapping`], [`SwapFile`], [`crc32c()`](crc32c::crc32c). C callers use [`ffi`] through
 //! `include/memvisor.h`.
 
+mod chunk_prefetcher;
 pub mod crc32c;
 mod event_fd;
 mod fault_handler;

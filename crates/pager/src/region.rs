@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use memvisor_policy::PolicySpec;
 
+use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
@@ -214,6 +215,14 @@ impl Region {
             ))),
         };
         handler.headroom = config.headroom;
+        if config.readahead && config.resolve == ResolveMode::Copy {
+            handler.prefetcher = Some(ChunkPrefetcher::new(&seq.to_string(), cs).map_err(
+                |source| PagerError::Thread {
+                    region: name.clone(),
+                    source,
+                },
+            )?);
+        }
         handler.pagemap = pagemap;
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))

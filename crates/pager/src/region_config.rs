@@ -142,6 +142,10 @@ pub struct RegionConfig {
     /// are chosen only when a page-in needs room, as with [`PageOut::Sync`], and only the
     /// write itself overlaps with serving faults.
     pub headroom: usize,
+    /// Sequential readahead: when page-ins come in address order, the next chunk is read from
+    /// swap on a reader thread while the current one is mapped and used. Default on; only with
+    /// [`ResolveMode::Copy`].
+    pub readahead: bool,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
     /// Print each recorded error to stderr as it happens.
@@ -173,6 +177,7 @@ impl RegionConfig {
             dirty_tracking: true,
             page_out: PageOut::default(),
             headroom: DEFAULT_HEADROOM,
+            readahead: true,
             name: "region".into(),
             log_errors: true,
             fault_injector: None,
@@ -220,6 +225,12 @@ impl RegionConfig {
     /// Sets the asynchronous page-out headroom in chunks.
     pub fn headroom(mut self, chunks: usize) -> Self {
         self.headroom = chunks;
+        self
+    }
+
+    /// Turns sequential readahead on or off.
+    pub fn readahead(mut self, on: bool) -> Self {
+        self.readahead = on;
         self
     }
 

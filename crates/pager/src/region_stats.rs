@@ -50,6 +50,11 @@ pub struct RegionStats {
     /// Asynchronous page-out: page-ins that had to wait for a write to complete to stay within
     /// the budget (the headroom was used up).
     pub page_in_write_waits: u64,
+    /// Sequential readahead: chunks read ahead of their fault.
+    pub readahead_reads: u64,
+    /// Sequential readahead: page-ins served from data read ahead (the rest of the readahead
+    /// reads were not used: the next fault went elsewhere, or the chunk changed meanwhile).
+    pub readahead_hits: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -114,6 +119,8 @@ pub(crate) struct StatsCounters {
     pub faults_during_write: AtomicU64,
     pub rescued_chunks: AtomicU64,
     pub page_in_write_waits: AtomicU64,
+    pub readahead_reads: AtomicU64,
+    pub readahead_hits: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -214,6 +221,8 @@ impl StatsCounters {
             faults_during_write: g(&self.faults_during_write),
             rescued_chunks: g(&self.rescued_chunks),
             page_in_write_waits: g(&self.page_in_write_waits),
+            readahead_reads: g(&self.readahead_reads),
+            readahead_hits: g(&self.readahead_hits),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

@@ -257,6 +257,35 @@ impl SwapFile {
         self.file
             .read_exact_at(buf, offset)
             .map_err(ReadError::Io)?;
+        self.verify(expected, buf)?;
+        Ok(true)
+    }
+
+    /// Where stored chunk `chunk` lives, for a read on another thread: the file, the offset
+    /// and the checksum it must match. `None` if the chunk is not stored.
+    pub(crate) fn read_source(&self, chunk: usize) -> Option<(Arc<File>, u64, u32)> {
+        let crc = self.stored_crc(chunk)?;
+        Some((
+            self.file.clone(),
+            chunk as u64 * self.chunk_size as u64,
+            crc,
+        ))
+    }
+
+    /// Accepts `buf` as chunk `chunk`'s content read elsewhere (by a prefetch) exactly as
+    /// [`read_chunk`](Self::read_chunk) accepts what it reads: the same injected failures
+    /// apply, and the data must match the stored checksum.
+    pub(crate) fn accept_read(&self, chunk: usize, buf: &mut [u8]) -> Result<(), ReadError> {
+        let Some(expected) = self.stored_crc(chunk) else {
+            return Err(ReadError::Io(io::Error::other("chunk is not stored")));
+        };
+        if let Some(inj) = &self.injector {
+            inj.before_read().map_err(ReadError::Io)?;
+        }
+        self.verify(expected, buf)
+    }
+
+    fn verify(&self, expected: u32, buf: &mut [u8]) -> Result<(), ReadError> {
         if let Some(inj) = &self.injector {
             inj.after_read(buf);
         }
@@ -264,7 +293,7 @@ impl SwapFile {
         if actual != expected {
             return Err(ReadError::Checksum { expected, actual });
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Frees chunk `chunk`'s blocks and records it as zero.

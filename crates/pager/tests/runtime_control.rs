@@ -7,7 +7,7 @@ mod common;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use common::{pattern, read, supported, write};
+use common::{kernel_reads, pattern, read, supported, write};
 use memvisor_pager::{
     page_size, FaultInjector, PageOut, PagerError, Region, RegionConfig, ResolveMode,
 };
@@ -184,26 +184,6 @@ fn discard_rejects_ranges_outside_the_region_or_unaligned() {
         assert!(e.to_string().contains("not a page-aligned range"), "{e}");
     }
     r.discard(r.len(), 0).unwrap();
-}
-
-/// `write(2)` of region memory into a pipe: the kernel reads it, so a poisoned page gives
-/// `EFAULT` instead of killing the test with SIGBUS.
-fn kernel_reads(r: &Region, offset: usize, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe fills two descriptors into a live array.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: pipe returned two fresh descriptors nobody else owns.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: the range is inside the live region; the kernel copies from it.
-    let n = unsafe { libc::write(wr.as_raw_fd(), r.as_ptr().add(offset).cast(), len) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut out = vec![0u8; n as usize];
-    // SAFETY: reads at most `out.len()` bytes into `out`.
-    let m = unsafe { libc::read(rd.as_raw_fd(), out.as_mut_ptr().cast(), out.len()) };
-    assert_eq!(m, n);
-    Ok(out)
 }
 
 #[test]

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_policy::{EvictionPolicy, PolicySpec};
 
+use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::crc32c::crc32c;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
@@ -125,6 +126,10 @@ pub(crate) struct FaultHandler {
     rescue: Vec<bool>,
     /// Reused buffer of finished writes.
     done_buf: Vec<WriteDone>,
+    /// Sequential readahead of the next chunk (`ResolveMode::Copy` only); `None` if off.
+    pub prefetcher: Option<ChunkPrefetcher>,
+    /// The chunk of the last page-in, to detect sequential page-ins.
+    last_page_in: Option<usize>,
     page: usize,
     uffd_error_logged: bool,
 }
@@ -169,6 +174,8 @@ impl FaultHandler {
             writing: 0,
             rescue: vec![false; chunks],
             done_buf: Vec::new(),
+            prefetcher: None,
+            last_page_in: None,
             page: page_size(),
             uffd_error_logged: false,
         }
@@ -619,6 +626,7 @@ impl FaultHandler {
                     }
                 }
                 self.keep_headroom();
+                self.last_page_in = Some(c);
             }
             Err(PageInError::Read(e)) => self.fail_chunk(c, start, len, e),
             Err(PageInError::Map(e)) => {
@@ -681,14 +689,32 @@ impl FaultHandler {
                 .fill_wake(start, len, Fill::Zero, false)
                 .map_err(PageInError::Map);
         }
-        let Some(bounce) = self.bounce.take() else {
+        let Some(mut bounce) = self.bounce.take() else {
             return Err(PageInError::Map(io::Error::other("no bounce buffer")));
         };
+        let t = Instant::now();
+        // Read ahead: the prefetcher's buffer becomes the bounce buffer if it holds `c`.
+        let crc_now = self.swap.stored_crc(c);
+        let prefetched = self
+            .prefetcher
+            .as_mut()
+            .is_some_and(|pf| pf.take_into(c, crc_now, &mut bounce));
         // SAFETY: the bounce buffer is a private mapping of one chunk owned by this handler.
         let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), len) };
-        let t = Instant::now();
-        let read = self.swap.read_chunk(c, buf);
+        let read = if prefetched {
+            let r = self.swap.accept_read(c, buf).map(|()| true);
+            if r.is_ok() {
+                add(&self.stats().readahead_hits, 1);
+            }
+            r
+        } else {
+            self.swap.read_chunk(c, buf)
+        };
         add(&self.stats().swap_read_nanos, nanos(t));
+        if read.is_ok() {
+            // Start reading the next chunk now, so the read overlaps this chunk's mapping.
+            self.read_ahead(c);
+        }
         if let (Ok(_), Some((at, n))) = (&read, zero) {
             buf[at..at + n].fill(0);
         }
@@ -700,6 +726,26 @@ impl FaultHandler {
         };
         self.bounce = Some(bounce);
         r
+    }
+
+    /// During the page-in of stored chunk `c`: if the previous page-in was `c - 1`, starts
+    /// reading `c + 1` ahead (if it is out and stored).
+    fn read_ahead(&mut self, c: usize) {
+        let next = c + 1;
+        if c == 0
+            || self.last_page_in != Some(c - 1)
+            || self.states.get(next) != Some(&ChunkState::Out)
+        {
+            return;
+        }
+        let Some((file, offset, crc)) = self.swap.read_source(next) else {
+            return;
+        };
+        let len = self.chunk_range(next).1;
+        if let Some(pf) = self.prefetcher.as_mut() {
+            pf.start(next, crc, file, offset, len);
+            add(&self.stats().readahead_reads, 1);
+        }
     }
 
     /// Maps `[start, start + len)` of the registered mapping and wakes its waiters, skipping

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
 use memvisor_pager::Region;
 
 /// Whether regions can be created here; prints why not otherwise.
@@ -58,4 +60,24 @@ pub fn pattern(seed: u64, buf: &mut [u8]) {
         let v = r.next().to_le_bytes();
         b.copy_from_slice(&v[..b.len()]);
     }
+}
+
+/// `write(2)` of region memory into a pipe: the kernel reads it, so a poisoned page gives
+/// `EFAULT` instead of killing the test with SIGBUS.
+pub fn kernel_reads(r: &Region, offset: usize, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two descriptors into a live array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: pipe returned two fresh descriptors nobody else owns.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the range is inside the live region; the kernel copies from it.
+    let n = unsafe { libc::write(wr.as_raw_fd(), r.as_ptr().add(offset).cast(), len) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = vec![0u8; n as usize];
+    // SAFETY: reads at most `out.len()` bytes into `out`.
+    let m = unsafe { libc::read(rd.as_raw_fd(), out.as_mut_ptr().cast(), out.len()) };
+    assert_eq!(m, n);
+    Ok(out)
 }
