@@ -4,6 +4,7 @@ use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use crate::socket_dir::{prepare_control_dir, socket_path};
 
 /// How long a client may take to send a request before it is dropped.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once (one thread each); more are refused.
+const MAX_CLIENTS: usize = 8;
 
 /// What a managed process does with requests.
 pub trait ControlHandler: Send + Sync {
@@ -26,7 +29,8 @@ pub trait ControlHandler: Send + Sync {
     fn set(&self, budget_bytes: Option<u64>, policy: Option<&str>) -> Result<(), String>;
 }
 
-/// A listening control socket at `DIR/PID.sock` (mode 0600) and the thread serving it. Only
+/// A listening control socket at `DIR/PID.sock` (mode 0600) and the thread serving it (one
+/// short-lived thread per connection, at most 8 at once). Only
 /// root and the process's own effective user may talk to it (`SO_PEERCRED`). Dropping the
 /// server does not stop the thread; [`remove_socket`](Self::remove_socket) unlinks the socket.
 #[derive(Debug)]
@@ -61,8 +65,26 @@ impl ControlServer {
             .name("memvisor-control".into())
             .spawn(move || {
                 thread_init();
+                let active = Arc::new(AtomicUsize::new(0));
                 for stream in listener.incoming().flatten() {
-                    serve_connection(stream, owner, handler.as_ref());
+                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                        let _ = (&stream).write_all(&encode_response(&Response::error(
+                            "too many control connections",
+                        )));
+                        continue;
+                    }
+                    let (handler, in_thread) = (handler.clone(), active.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name("memvisor-control-client".into())
+                        .spawn(move || {
+                            thread_init();
+                            serve_connection(stream, owner, handler.as_ref());
+                            in_thread.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
             })
             .map_err(io("start control thread"))?;
