@@ -60,6 +60,18 @@ uint64_t memvisor_region_len(const memvisor_region *region);
 /* Fills *out; returns 0, or -1 if an argument is NULL. */
 int memvisor_region_get_stats(const memvisor_region *region, memvisor_region_stats *out);
 
+/* Run-time control. Each returns 0, or -1 with a NUL-terminated message in err. */
+/* New resident budget in bytes (whole chunks, at least one); shrinking pages out at once. */
+int memvisor_region_set_budget(const memvisor_region *region, uint64_t budget, char *err,
+                               size_t err_len);
+/* New eviction policy, e.g. "clock"; resident chunks keep their ranking. */
+int memvisor_region_set_policy(const memvisor_region *region, const char *policy, char *err,
+                               size_t err_len);
+/* [offset, offset + len) reads as zeros afterwards (offset page-aligned). A poisoned chunk
+ * covered whole becomes usable again. */
+int memvisor_region_discard(const memvisor_region *region, uint64_t offset, uint64_t len,
+                            char *err, size_t err_len);
+
 /* Stops the fault handler, unmaps the memory, deletes the swap file. NULL is ignored. */
 void memvisor_region_free(memvisor_region *region);
 

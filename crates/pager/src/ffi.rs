@@ -225,6 +225,100 @@ pub unsafe extern "C" fn memvisor_region_get_stats(
     0
 }
 
+/// Runs `f` on the live region `r`, turning errors into -1 and a message in `err`.
+///
+/// # Safety
+/// `r` is null or a live region; `err` is null or points to `err_len` writable bytes.
+unsafe fn control(
+    r: *const Region,
+    err: *mut c_char,
+    err_len: usize,
+    f: impl FnOnce(&Region) -> Result<(), String>,
+) -> c_int {
+    // SAFETY: live region per the caller's contract.
+    let result = match unsafe { r.as_ref() } {
+        Some(r) => f(r),
+        None => Err("region is null".into()),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(msg) => {
+            // SAFETY: forwarded caller contract on `err`.
+            unsafe { set_error(err, err_len, &msg) };
+            -1
+        }
+    }
+}
+
+/// Sets the resident budget in bytes at run time; returns 0, or -1 with a message in `err`.
+///
+/// # Safety
+/// `r` is a live region; `err` is null or points to `err_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memvisor_region_set_budget(
+    r: *const Region,
+    budget: u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        control(r, err, err_len, |r| {
+            r.set_budget(budget as usize).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Replaces the eviction policy at run time (e.g. `"clock"`); returns 0, or -1 with a message.
+///
+/// # Safety
+/// `r` is a live region; `policy` is a NUL-terminated string; `err` is null or points to
+/// `err_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memvisor_region_set_policy(
+    r: *const Region,
+    policy: *const c_char,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    let spec = if policy.is_null() {
+        None
+    } else {
+        // SAFETY: non-null and NUL-terminated per the caller's contract.
+        unsafe { CStr::from_ptr(policy) }.to_str().ok()
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        control(r, err, err_len, |r| {
+            let spec = spec.ok_or("policy is null or not UTF-8")?;
+            let spec = spec.parse().map_err(|e| format!("policy {spec:?}: {e}"))?;
+            r.set_policy(spec).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Makes `[offset, offset + len)` read as zeros (whole chunks leave memory and swap; a poisoned
+/// chunk covered whole is usable again); returns 0, or -1 with a message in `err`.
+///
+/// # Safety
+/// `r` is a live region; `err` is null or points to `err_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memvisor_region_discard(
+    r: *const Region,
+    offset: u64,
+    len: u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        control(r, err, err_len, |r| {
+            r.discard(offset as usize, len as usize)
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Stops the region's handler, unmaps its memory and deletes its swap file. Null is ignored.
 ///
 /// # Safety

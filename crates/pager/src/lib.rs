@@ -29,13 +29,16 @@
 //! `include/memvisor.h`.
 
 pub mod crc32c;
+mod event_fd;
 mod fault_handler;
 mod fault_injector;
 pub mod ffi;
 mod memfd;
 mod pagemap;
 mod pager_error;
+mod raw_memory_calls;
 mod region;
+mod region_command;
 mod region_config;
 mod region_stats;
 mod swap_file;

@@ -4,6 +4,8 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use crate::raw_memory_calls;
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -105,9 +107,66 @@ impl Memfd {
         Ok(())
     }
 
+    /// Takes over an existing memory file (`memfd_create` or another shmem file) of at least
+    /// `len` bytes, growing it to `len` if it is shorter. Only an empty file (no allocated pages)
+    /// is accepted: a pager must know where every byte of its memory is.
+    pub fn adopt(fd: OwnedFd, len: usize) -> io::Result<Self> {
+        let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: `fs` is a writable, properly sized `struct statfs`; fstatfs fills it or fails.
+        if unsafe { libc::fstatfs(fd.as_raw_fd(), fs.as_mut_ptr()) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatfs succeeded (and zeroed memory is a valid statfs too).
+        let fs = unsafe { fs.assume_init() };
+        if fs.f_type != libc::TMPFS_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "not a memfd or shmem file (filesystem magic {:#x})",
+                    fs.f_type
+                ),
+            ));
+        }
+        let held = allocated_bytes(fd.as_fd())?;
+        if held != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the file already holds {held} bytes of data; only an empty one can be adopted"
+                ),
+            ));
+        }
+        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        if size < len as u64 {
+            // SAFETY: ftruncate on a valid descriptor has no memory-safety preconditions.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Self { fd, len })
+    }
+
     /// Maps the whole file `MAP_SHARED`, readable and writable.
     pub fn map_shared(&self) -> io::Result<Mapping> {
         Mapping::shared(self.fd.as_fd(), self.len)
+    }
+
+    /// Maps the whole file `MAP_SHARED` at `addr` exactly (`MAP_FIXED`).
+    ///
+    /// # Safety
+    ///
+    /// `[addr, addr + len)` is replaced: nothing may still use what was mapped there.
+    pub unsafe fn map_shared_at(&self, addr: usize) -> io::Result<Mapping> {
+        let len = self.len.max(1).next_multiple_of(page_size());
+        // SAFETY: the caller vouches that the fixed range may be replaced.
+        unsafe {
+            Mapping::map(
+                addr,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.fd.as_raw_fd(),
+                len,
+            )
+        }
     }
 }
 
@@ -133,41 +192,33 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` from offset 0, shared, read/write.
     pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Self> {
-        Self::map(
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            len.max(1).next_multiple_of(page_size()),
-        )
+        let len = len.max(1).next_multiple_of(page_size());
+        // SAFETY: without MAP_FIXED the kernel picks a free range: no existing memory changes.
+        unsafe { Self::map(0, libc::MAP_SHARED, fd.as_raw_fd(), len) }
     }
 
     /// Maps `len` bytes of private anonymous memory (page-aligned, zeroed).
     pub fn anonymous(len: usize) -> io::Result<Self> {
-        Self::map(
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            len.max(1).next_multiple_of(page_size()),
-        )
+        let len = len.max(1).next_multiple_of(page_size());
+        // SAFETY: without MAP_FIXED the kernel picks a free range: no existing memory changes.
+        unsafe { Self::map(0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, len) }
     }
 
-    fn map(flags: libc::c_int, fd: libc::c_int, len: usize) -> io::Result<Self> {
-        // SAFETY: a fresh mapping at a kernel-chosen address cannot alias any Rust object.
+    /// # Safety
+    ///
+    /// With `MAP_FIXED` in `flags`, `[addr, addr + len)` is replaced: nothing may still use it.
+    unsafe fn map(
+        addr: usize,
+        flags: libc::c_int,
+        fd: libc::c_int,
+        len: usize,
+    ) -> io::Result<Self> {
+        // SAFETY: the caller upholds the MAP_FIXED contract; otherwise a fresh mapping at a
+        // kernel-chosen address cannot alias any Rust object.
         let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            ptr: ptr.cast(),
-            len,
-        })
+            raw_memory_calls::mmap(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd)
+        }?;
+        Ok(Self { ptr, len })
     }
 
     /// Start address.
@@ -218,11 +269,7 @@ impl Mapping {
         // SAFETY: the range lies inside this mapping (checked above); the advice values used
         // here (DONTNEED on a shared mapping, POPULATE_READ/WRITE, DONTFORK) never change the data visible
         // through it.
-        let r = unsafe { libc::madvise(self.ptr.add(offset).cast(), len, advice) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        unsafe { raw_memory_calls::madvise(self.addr() + offset, len, advice) }
     }
 
     /// `madvise(MADV_DONTNEED)` over `[offset, offset + len)`: drops the page-table entries; on a
@@ -235,9 +282,7 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` describe a mapping this value created and still owns.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.len);
-        }
+        let _ = unsafe { raw_memory_calls::munmap(self.addr(), self.len) };
     }
 }
 

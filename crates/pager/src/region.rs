@@ -2,16 +2,20 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use memvisor_policy::PolicySpec;
+
+use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
+use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
 use crate::swap_file::SwapFile;
@@ -39,7 +43,6 @@ pub struct Region {
     mapping: Mapping,
     size: usize,
     chunk_size: usize,
-    budget_chunks: usize,
     resolve: ResolveMode,
     swap_direct: bool,
     swap_path: PathBuf,
@@ -103,8 +106,24 @@ impl Region {
                 source,
             }
         };
-        let memfd = Memfd::new(&format!("memvisor-{name}"), len).map_err(mem_err("memfd"))?;
-        let mapping = memfd.map_shared().map_err(mem_err("mmap"))?;
+        let memfd = match &config.memfd {
+            Some(fd) => fd
+                .try_clone()
+                .and_then(|fd| Memfd::adopt(fd, len))
+                .map_err(mem_err("adopt memfd"))?,
+            None => Memfd::new(&format!("memvisor-{name}"), len).map_err(mem_err("memfd"))?,
+        };
+        let mapping = match config.address {
+            Some(addr) if addr % page != 0 => {
+                return Err(PagerError::Config(format!(
+                    "{name}: address {addr:#x} is not page-aligned"
+                )))
+            }
+            // SAFETY: the address was set through the `unsafe` `RegionConfig::address`, whose
+            // caller vouched that nothing in the range is in use.
+            Some(addr) => unsafe { memfd.map_shared_at(addr) }.map_err(mem_err("mmap fixed"))?,
+            None => memfd.map_shared().map_err(mem_err("mmap"))?,
+        };
         let memfd_fd = memfd.try_clone_fd().map_err(mem_err("dup memfd"))?;
         let alias = memfd.map_shared().map_err(mem_err("mmap alias"))?;
         // A forked child would see the memfd without the pager: reading a chunk that is out
@@ -148,19 +167,17 @@ impl Region {
         let swap_direct = swap.is_direct();
         let swap_path = swap.path().to_path_buf();
 
-        // SAFETY: eventfd takes an initial value and flags and returns a new descriptor or -1.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(mem_err("eventfd")(io::Error::last_os_error()));
-        }
-        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
-        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
+        let stop = EventFd::new().map_err(mem_err("eventfd"))?;
+        let wake = EventFd::new().map_err(mem_err("eventfd"))?;
         let shared = Arc::new(HandlerShared {
             name: name.clone(),
             stats: Default::default(),
             errors: Mutex::new(VecDeque::new()),
             log_errors: config.log_errors,
             stop,
+            commands: CommandQueue::new(wake),
+            budget_chunks: AtomicUsize::new(budget_chunks),
+            policy: Mutex::new(config.policy.to_string()),
         });
         shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
         let mut handler = FaultHandler::new(
@@ -173,6 +190,7 @@ impl Region {
             alias,
             swap,
             policy,
+            config.policy.clone(),
             config.resolve,
             bounce,
         );
@@ -191,7 +209,6 @@ impl Region {
             mapping,
             size: config.size,
             chunk_size: cs,
-            budget_chunks,
             resolve: config.resolve,
             swap_direct,
             swap_path,
@@ -221,9 +238,84 @@ impl Region {
         self.chunk_size
     }
 
-    /// How many chunks may be resident.
+    /// How many chunks may be resident (as last set).
     pub fn budget_chunks(&self) -> usize {
-        self.budget_chunks
+        self.shared.budget_chunks.load(Ordering::Relaxed)
+    }
+
+    /// The resident budget in bytes (whole chunks).
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_chunks() * self.chunk_size
+    }
+
+    /// The policy's spec, as [`PolicySpec`]'s `Display` spells it (e.g. `chunk-queues`, or `aging:bits=4` where a parameter differs from its default).
+    pub fn policy_name(&self) -> String {
+        self.shared
+            .policy
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    /// Sets the resident budget to `bytes` (whole chunks, at least one, at most the region) at
+    /// run time. Shrinking pages out the excess before returning; the resident chunks keep
+    /// their ranking.
+    pub fn set_budget(&self, bytes: usize) -> Result<(), PagerError> {
+        if bytes < self.chunk_size {
+            return Err(PagerError::Config(format!(
+                "{}: budget {bytes} is smaller than one chunk ({})",
+                self.name(),
+                self.chunk_size
+            )));
+        }
+        let chunks =
+            (bytes / self.chunk_size).min(self.len_pages_rounded().div_ceil(self.chunk_size));
+        self.shared
+            .commands
+            .submit(self.name(), RegionCommand::SetBudget(chunks))
+    }
+
+    /// Replaces the eviction policy at run time. The resident chunks move to the new policy in
+    /// the order the old one would have evicted them. Offline policies (`opt`) are refused.
+    pub fn set_policy(&self, policy: PolicySpec) -> Result<(), PagerError> {
+        self.shared
+            .commands
+            .submit(self.name(), RegionCommand::SetPolicy(policy))
+    }
+
+    /// Makes `[offset, offset + len)` read as zeros, as `MADV_DONTNEED` does on private
+    /// anonymous memory (or `MADV_REMOVE` on shared memory): whole chunks in the range leave
+    /// memory and swap, and parts of chunks are zeroed. A poisoned chunk that the range covers
+    /// whole becomes a fresh zero chunk again (the way to recover from a failed page-in).
+    /// `offset` must be page-aligned; `len` is rounded up to a page.
+    pub fn discard(&self, offset: usize, len: usize) -> Result<(), PagerError> {
+        let page = page_size();
+        let end = offset
+            .checked_add(len)
+            .map(|e| e.next_multiple_of(page))
+            .filter(|&e| e <= self.len_pages_rounded());
+        let Some(end) = end.filter(|_| offset % page == 0) else {
+            return Err(PagerError::Config(format!(
+                "{}: discard of [{offset:#x}, +{len:#x}) is not a page-aligned range inside the \
+                 region ({:#x} bytes)",
+                self.name(),
+                self.size
+            )));
+        };
+        if end == offset {
+            return Ok(());
+        }
+        self.shared.commands.submit(
+            self.name(),
+            RegionCommand::Discard {
+                offset,
+                len: end - offset,
+            },
+        )
+    }
+
+    fn len_pages_rounded(&self) -> usize {
+        self.size.next_multiple_of(page_size())
     }
 
     /// How faults are resolved.
@@ -286,15 +378,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to the region's own eventfd.
-        unsafe {
-            libc::write(
-                self.shared.stop.as_raw_fd(),
-                (&one as *const u64).cast(),
-                size_of::<u64>(),
-            );
-        }
+        self.shared.stop.signal();
         if let Some(h) = self.handler.take() {
             let _ = h.join();
         }

@@ -1,5 +1,6 @@
 //! [`RegionConfig`] and [`ResolveMode`]: how a region is built.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +81,14 @@ pub struct RegionConfig {
     pub log_errors: bool,
     /// Fault injection for the swap file (tests).
     pub fault_injector: Option<Arc<FaultInjector>>,
+    /// Where the memory goes: `None` lets the kernel choose; `Some(addr)` maps it at `addr`
+    /// exactly, replacing whatever is mapped there. Set only through the `unsafe`
+    /// [`address`](Self::address) builder.
+    pub(crate) address: Option<usize>,
+    /// An existing, empty memory file (e.g. a VMM's `memfd_create` guest RAM) to back the
+    /// region instead of a new memfd; grown to `size` if shorter. Shared so the config stays
+    /// `Clone`; the region keeps its own duplicate of the descriptor.
+    pub memfd: Option<Arc<OwnedFd>>,
 }
 
 impl RegionConfig {
@@ -98,6 +107,8 @@ impl RegionConfig {
             name: "region".into(),
             log_errors: true,
             fault_injector: None,
+            address: None,
+            memfd: None,
         }
     }
 
@@ -140,6 +151,26 @@ impl RegionConfig {
     /// Installs a fault injector.
     pub fn fault_injector(mut self, injector: Arc<FaultInjector>) -> Self {
         self.fault_injector = Some(injector);
+        self
+    }
+
+    /// Maps the region at `addr` exactly (page-aligned), replacing whatever is mapped in
+    /// `[addr, addr + size)`, as `mmap(MAP_FIXED)` does. For a program's own reservations (an
+    /// `LD_PRELOAD` shim placing a region where the program asked for memory).
+    ///
+    /// # Safety
+    ///
+    /// Nothing in `[addr, addr + size)` may be in use when the region is created: memory there
+    /// is replaced (and unmapped when the region is dropped).
+    pub unsafe fn address(mut self, addr: usize) -> Self {
+        self.address = Some(addr);
+        self
+    }
+
+    /// Backs the region with `memfd`, an existing empty memory file (see
+    /// [`memfd`](Self::memfd)).
+    pub fn memfd(mut self, memfd: OwnedFd) -> Self {
+        self.memfd = Some(Arc::new(memfd));
         self
     }
 

@@ -38,6 +38,9 @@ pub struct RegionStats {
     /// Swap copies of resident chunks punched because the chunk was found written (at the
     /// minor fault following an access sample).
     pub stale_punches: u64,
+    /// Whole chunks discarded ([`Region::discard`](crate::Region::discard)): dropped from memory
+    /// and swap, or reset from poisoned.
+    pub discarded_chunks: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -98,6 +101,7 @@ pub(crate) struct StatsCounters {
     pub clean_evictions: AtomicU64,
     pub dirty_tracking_misses: AtomicU64,
     pub stale_punches: AtomicU64,
+    pub discarded_chunks: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -194,6 +198,7 @@ impl StatsCounters {
             clean_evictions: g(&self.clean_evictions),
             dirty_tracking_misses: g(&self.dirty_tracking_misses),
             stale_punches: g(&self.stale_punches),
+            discarded_chunks: g(&self.discarded_chunks),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

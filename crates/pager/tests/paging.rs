@@ -96,7 +96,7 @@ fn stress_sampled(
     budget_chunks: usize,
     sample: Option<Duration>,
 ) -> RegionStats {
-    stress_with(policy, mode, chunk_pages, budget_chunks, sample, None)
+    stress_with(policy, mode, chunk_pages, budget_chunks, sample, None, false)
 }
 
 /// Operations per thread in the randomized tests (`MEMVISOR_PAGER_STRESS_OPS` overrides).
@@ -114,6 +114,7 @@ fn stress_with(
     budget_chunks: usize,
     sample: Option<Duration>,
     injector: Option<Arc<FaultInjector>>,
+    churn: bool,
 ) -> RegionStats {
     let ps = page_size();
     let chunk = chunk_pages * ps;
@@ -139,6 +140,24 @@ fn stress_with(
             }
         })
     });
+    // With churn: a controller changes the budget and the policy while the threads run.
+    let controller = churn.then(|| {
+        let done = done.clone();
+        let region = region.clone();
+        std::thread::spawn(move || {
+            let policies: Vec<PolicySpec> =
+                PolicySpec::all().into_iter().filter(|p| !p.is_offline()).collect();
+            let mut rng = Rng::new(99);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                region.set_budget((1 + rng.below(4)) * chunk).unwrap();
+                region
+                    .set_policy(policies[rng.below(policies.len())].clone())
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            region.set_budget(budget_chunks * chunk).unwrap();
+        })
+    });
     let shadow: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
         (0..pages)
             .map(|p| Mutex::new(vec![0u8; ps.min(size - p * ps)]))
@@ -158,6 +177,23 @@ fn stress_with(
                     } else {
                         rng.below(3 * chunk_pages).min(pages - 1)
                     };
+                    if churn && rng.below(16) == 0 {
+                        // Discard a page, or (rarely) the whole chunk holding it.
+                        let (first, n) = if rng.below(4) == 0 {
+                            let c = p / chunk_pages;
+                            (c * chunk_pages, chunk_pages.min(pages - c * chunk_pages))
+                        } else {
+                            (p, 1)
+                        };
+                        // Lock in ascending order; the other threads hold one page at a time.
+                        let mut held: Vec<_> =
+                            (first..first + n).map(|q| shadow[q].lock().unwrap()).collect();
+                        region.discard(first * ps, n * ps).unwrap();
+                        for page in held.iter_mut() {
+                            page.fill(0);
+                        }
+                        continue;
+                    }
                     let mut page = shadow[p].lock().unwrap();
                     let plen = page.len();
                     let off = rng.below(plen);
@@ -181,6 +217,9 @@ fn stress_with(
         t.join().unwrap();
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(c) = controller {
+        c.join().unwrap();
+    }
     let injecting = failer.is_some();
     if let Some(f) = failer {
         f.join().unwrap();
@@ -229,6 +268,27 @@ fn randomized_multithreaded_every_policy_and_mode() {
         }
         for mode in MODES {
             stress(policy.clone(), mode, 4, 2);
+        }
+    }
+}
+
+#[test]
+fn randomized_with_discards_and_runtime_budget_and_policy_changes() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        for sample in [None, Some(Duration::from_millis(1))] {
+            let s = stress_with(
+                "chunk-queues".parse().unwrap(),
+                mode,
+                4,
+                2,
+                sample,
+                None,
+                true,
+            );
+            assert!(s.discarded_chunks > 0, "{mode:?}: {s:?}");
         }
     }
 }
@@ -382,6 +442,7 @@ fn randomized_multithreaded_with_failing_writes() {
                 2,
                 Some(Duration::from_millis(3)),
                 Some(Arc::new(FaultInjector::new())),
+                false,
             );
             assert!(s.write_errors > 0, "{policy} {mode:?}: {s:?}");
         }

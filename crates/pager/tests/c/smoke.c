@@ -46,6 +46,32 @@ int main(int argc, char **argv) {
                 (unsigned long long)s2.page_outs);
         return 1;
     }
+    /* Run-time control: a smaller budget, another policy, a discarded chunk. */
+    if (memvisor_region_set_budget(r, 1 << 20, err, sizeof err) != 0 ||
+        memvisor_region_set_policy(r, "clock", err, sizeof err) != 0 ||
+        memvisor_region_discard(r, 0, 1 << 20, err, sizeof err) != 0) {
+        fprintf(stderr, "run-time control failed: %s\n", err);
+        return 1;
+    }
+    if (memvisor_region_set_policy(r, "no-such-policy", err, sizeof err) == 0 ||
+        strstr(err, "no-such-policy") == NULL) {
+        fprintf(stderr, "bad policy accepted at run time or not reported: %s\n", err);
+        return 1;
+    }
+    for (uint64_t i = 0; i < len; i += 4096) {
+        unsigned char want = i < (1 << 20) ? 0 : (unsigned char)(i >> 12);
+        if (p[i] != want) {
+            fprintf(stderr, "after control: byte %llu is %u, want %u\n", (unsigned long long)i,
+                    p[i], want);
+            return 1;
+        }
+    }
+    memvisor_region_get_stats(r, &s2);
+    if (s2.resident_chunks > 1) {
+        fprintf(stderr, "budget of one chunk not kept: %llu resident\n",
+                (unsigned long long)s2.resident_chunks);
+        return 1;
+    }
     memvisor_region_free(r);
     printf("C API OK: %llu page-outs, %llu page-ins\n", (unsigned long long)s.page_outs,
            (unsigned long long)s.page_ins);

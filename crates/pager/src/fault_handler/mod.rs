@@ -15,20 +15,26 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memvisor_policy::EvictionPolicy;
+use memvisor_policy::{EvictionPolicy, PolicySpec};
 
 use crate::crc32c::crc32c;
+use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
+use crate::raw_memory_calls;
+use crate::region_command::CommandQueue;
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub, StatsCounters};
 use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
+
+mod commands;
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
 const MAX_ERRORS: usize = 256;
@@ -40,12 +46,18 @@ pub(crate) struct HandlerShared {
     pub stats: StatsCounters,
     pub errors: Mutex<VecDeque<PagerError>>,
     pub log_errors: bool,
-    /// An eventfd; writing to it stops the handler.
-    pub stop: OwnedFd,
+    /// Signalling it stops the handler.
+    pub stop: EventFd,
+    /// Run-time changes for the handler to make.
+    pub commands: CommandQueue,
+    /// The budget in chunks, as the handler enforces it now.
+    pub budget_chunks: AtomicUsize,
+    /// The policy's spec, as the handler runs it now.
+    pub policy: Mutex<String>,
 }
 
 impl HandlerShared {
-    fn record(&self, e: PagerError) {
+    pub(crate) fn record(&self, e: PagerError) {
         if self.log_errors {
             eprintln!("memvisor-pager: {e}");
         }
@@ -82,6 +94,8 @@ pub(crate) struct FaultHandler {
     pub alias: Mapping,
     pub swap: SwapFile,
     pub policy: Box<dyn EvictionPolicy>,
+    /// What `policy` was built from (to rebuild it with another budget).
+    pub policy_spec: PolicySpec,
     pub resolve: ResolveMode,
     /// Bounce buffer for `ResolveMode::Copy` (one chunk, page-aligned).
     pub bounce: Option<Mapping>,
@@ -111,6 +125,7 @@ impl FaultHandler {
         alias: Mapping,
         swap: SwapFile,
         policy: Box<dyn EvictionPolicy>,
+        policy_spec: PolicySpec,
         resolve: ResolveMode,
         bounce: Option<Mapping>,
     ) -> Self {
@@ -125,6 +140,7 @@ impl FaultHandler {
             alias,
             swap,
             policy,
+            policy_spec,
             resolve,
             bounce,
             sample_interval: None,
@@ -167,9 +183,14 @@ impl FaultHandler {
                     events: libc::POLLIN,
                     revents: 0,
                 },
+                libc::pollfd {
+                    fd: self.shared.commands.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
-            // SAFETY: `fds` is a live array of two pollfds; poll writes only their `revents`.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -179,6 +200,12 @@ impl FaultHandler {
             }
             if fds[1].revents != 0 {
                 return;
+            }
+            if fds[2].revents != 0 {
+                self.run_commands();
+            }
+            if fds[0].revents == 0 {
+                continue;
             }
             if fds[0].revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
                 let e = io::Error::other(format!("revents {:#x}", fds[0].revents));
@@ -450,17 +477,7 @@ impl FaultHandler {
         // SAFETY: `[base + start, base + start + len)` lies inside the registered mapping, which
         // the region keeps alive until this thread has been joined. MADV_DONTNEED on a shared
         // file mapping drops page-table entries only; the data stays in the memfd.
-        let r = unsafe {
-            libc::madvise(
-                (self.base + start) as *mut libc::c_void,
-                len,
-                libc::MADV_DONTNEED,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        unsafe { raw_memory_calls::madvise(self.base + start, len, libc::MADV_DONTNEED) }
     }
 
     fn page_in(&mut self, c: usize) {
