@@ -1,8 +1,13 @@
 //! `memvisor`: the command-line front end. Each subcommand lives in its own module and calls
 //! into the component crates; this file only parses arguments and reports errors.
 
+mod host_memory;
+mod run_command;
+mod set_command;
 mod sim_command;
 mod source_args;
+mod stat_command;
+mod top_command;
 mod trace_command;
 
 use std::process::ExitCode;
@@ -23,6 +28,14 @@ enum Command {
     Sim(sim_command::SimArgs),
     /// Trace utilities: convert between formats.
     Trace(trace_command::TraceArgs),
+    /// Run a program with its large memory under the pager.
+    Run(run_command::RunArgs),
+    /// Show a managed process's budget, policy and regions.
+    Stat(stat_command::StatArgs),
+    /// Live view of every managed process on this host.
+    Top(top_command::TopArgs),
+    /// Change a managed process's budget or policy at run time.
+    Set(set_command::SetArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +43,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim_command::run(args).map_err(|e| e.to_string()),
         Command::Trace(args) => trace_command::run(args).map_err(|e| e.to_string()),
+        Command::Run(args) => match run_command::run(args) {
+            Ok(code) => return ExitCode::from(code),
+            Err(e) => Err(e.to_string()),
+        },
+        Command::Stat(args) => stat_command::run(args).map_err(|e| e.to_string()),
+        Command::Top(args) => top_command::run(args).map_err(|e| e.to_string()),
+        Command::Set(args) => set_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
