@@ -43,11 +43,12 @@ impl ByteSize {
             return Err(err("no number"));
         }
         let bytes = if let Ok(n) = digits.parse::<u64>() {
-            n.checked_mul(1u64 << shift).ok_or_else(|| err("too large"))?
+            n.checked_mul(1u64 << shift)
+                .ok_or_else(|| err("too large"))?
         } else {
-            let f: f64 = digits
-                .parse()
-                .map_err(|_| err("expected a number with an optional K, M, G or T suffix, or a percentage"))?;
+            let f: f64 = digits.parse().map_err(|_| {
+                err("expected a number with an optional K, M, G or T suffix, or a percentage")
+            })?;
             if !f.is_finite() || f < 0.0 {
                 return Err(err("not a non-negative number"));
             }
@@ -71,7 +72,12 @@ impl ByteSize {
 
 /// `bytes` in binary units with one decimal (`1.5G`, `512M`, `0`).
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
     for (u, scale) in UNITS {
         if bytes >= scale {
             let v = bytes as f64 / scale as f64;
@@ -99,7 +105,18 @@ mod tests {
         assert_eq!(ByteSize::parse("1T").unwrap(), ByteSize::Bytes(1 << 40));
         assert_eq!(ByteSize::parse("25%").unwrap(), ByteSize::Percent(25.0));
         assert_eq!(ByteSize::Percent(25.0).resolve(1000), 250);
-        for bad in ["", "G", "x", "-1", "1Q", "0%", "101%", "nan%", "99999999999T", "1e400"] {
+        for bad in [
+            "",
+            "G",
+            "x",
+            "-1",
+            "1Q",
+            "0%",
+            "101%",
+            "nan%",
+            "99999999999T",
+            "1e400",
+        ] {
             assert!(ByteSize::parse(bad).is_err(), "{bad}");
         }
     }

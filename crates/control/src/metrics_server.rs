@@ -86,15 +86,19 @@ fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n")
-    {
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > MAX_HEAD {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "");
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "",
+            );
         }
     }
     let first = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
@@ -127,7 +131,9 @@ mod tests {
 
     #[test]
     fn loopback_only_by_default() {
-        assert!(parse_metrics_addr("9100", false).unwrap()[0].ip().is_loopback());
+        assert!(parse_metrics_addr("9100", false).unwrap()[0]
+            .ip()
+            .is_loopback());
         assert!(parse_metrics_addr(":9100", false).is_ok());
         assert!(parse_metrics_addr("[::1]:9100", false).is_ok());
         assert!(parse_metrics_addr("0.0.0.0:9100", false).is_err());

@@ -94,7 +94,9 @@ fn encode<T: Serialize>(body: &T) -> Vec<u8> {
         v: PROTOCOL_VERSION,
         body,
     })
-    .unwrap_or_else(|e| format!("{{\"v\":{PROTOCOL_VERSION},\"encode_error\":\"{e}\"}}").into_bytes());
+    .unwrap_or_else(|e| {
+        format!("{{\"v\":{PROTOCOL_VERSION},\"encode_error\":\"{e}\"}}").into_bytes()
+    });
     line.push(b'\n');
     line
 }
@@ -153,12 +155,16 @@ pub fn read_line_limited(
 ) -> Result<Option<Vec<u8>>, ControlError> {
     let mut line = Vec::new();
     loop {
-        let buf = reader.fill_buf().map_err(|e| ControlError::Decode(e.to_string()))?;
+        let buf = reader
+            .fill_buf()
+            .map_err(|e| ControlError::Decode(e.to_string()))?;
         if buf.is_empty() {
             return if line.is_empty() {
                 Ok(None)
             } else {
-                Err(ControlError::Decode("connection closed inside a message".into()))
+                Err(ControlError::Decode(
+                    "connection closed inside a message".into(),
+                ))
             };
         }
         let (take, done) = match buf.iter().position(|&b| b == b'\n') {
@@ -230,7 +236,11 @@ mod tests {
             b"[1,2]",
             b"\xff",
         ] {
-            assert!(decode_request(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                decode_request(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         assert!(decode_response(br#"{"v":1,"ok":true,"error":"x"}"#).is_err());
         let long = vec![b' '; MAX_REQUEST_BYTES + 1];

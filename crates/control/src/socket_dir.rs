@@ -84,13 +84,7 @@ pub fn list_managed_pids(dir: &Path) -> Result<Vec<u32>, ControlError> {
     };
     let mut pids: Vec<u32> = entries
         .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".sock")?
-                .parse()
-                .ok()
-        })
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".sock")?.parse().ok())
         .collect();
     pids.sort_unstable();
     Ok(pids)

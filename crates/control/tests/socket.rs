@@ -62,7 +62,10 @@ fn status_set_and_errors_over_the_socket() {
 
     let mut c = ControlClient::connect(&dir, pid).unwrap();
     let s = c.status().unwrap();
-    assert_eq!((s.pid, s.budget_bytes, s.resident_bytes()), (pid, 1 << 20, 4096));
+    assert_eq!(
+        (s.pid, s.budget_bytes, s.resident_bytes()),
+        (pid, 1 << 20, 4096)
+    );
     let s = c.set(Some(2 << 20), Some("lru".into())).unwrap();
     assert_eq!((s.budget_bytes, s.policy.as_str()), (2 << 20, "lru"));
     match c.set(None, Some("bogus".into())) {
@@ -115,6 +118,10 @@ fn other_users_are_refused() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("permission denied"), "{text} / {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("permission denied"),
+        "{text} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!text.contains("\"ok\":true"));
 }

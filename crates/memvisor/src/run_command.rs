@@ -57,7 +57,12 @@ pub struct RunArgs {
     #[arg(long)]
     manage_children: bool,
     /// The program and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
     command: Vec<OsString>,
 }
 
@@ -187,8 +192,8 @@ struct Plan {
 
 fn plan(args: &RunArgs) -> Result<Plan, RunError> {
     let name = &args.command[0];
-    let program =
-        find_program(name).ok_or_else(|| RunError::ProgramNotFound(name.to_string_lossy().into()))?;
+    let program = find_program(name)
+        .ok_or_else(|| RunError::ProgramNotFound(name.to_string_lossy().into()))?;
     let ram = mem_total_bytes().map_err(RunError::Host)?;
     let chunk = DEFAULT_CHUNK_SIZE as u64;
     let budget = parse_size("budget", &args.budget)?.resolve(ram);
@@ -332,7 +337,8 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         if let Some(addr) = server.local_addr() {
             eprintln!("memvisor: metrics of pid {pid} at http://{addr}/metrics");
         }
-        let rendered = move || match ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
+        let rendered = move || match ControlClient::connect(&dir, pid).and_then(|mut c| c.status())
+        {
             Ok(s) => prometheus::render(&[s]),
             Err(e) => format!("# memvisor: {e}\n"),
         };

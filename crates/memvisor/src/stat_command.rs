@@ -22,7 +22,8 @@ pub fn run(args: StatArgs) -> Result<(), ControlError> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&status).map_err(|e| ControlError::Decode(e.to_string()))?
+            serde_json::to_string_pretty(&status)
+                .map_err(|e| ControlError::Decode(e.to_string()))?
         );
     } else {
         print!("{}", render_table(&status));
@@ -58,8 +59,20 @@ pub fn render_table(s: &ProcessStatus) -> String {
         s.unmanaged_mappings
     );
     let header = [
-        "region", "kind", "size", "mapped", "budget", "resident", "swapped", "faults", "page-ins",
-        "page-outs", "read", "written", "errors", "p99-in",
+        "region",
+        "kind",
+        "size",
+        "mapped",
+        "budget",
+        "resident",
+        "swapped",
+        "faults",
+        "page-ins",
+        "page-outs",
+        "read",
+        "written",
+        "errors",
+        "p99-in",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for r in &s.regions {
@@ -88,7 +101,13 @@ pub fn render_table(s: &ProcessStatus) -> String {
 pub fn align(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|v| v.len()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|v| v.len())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for r in rows {

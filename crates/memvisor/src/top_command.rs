@@ -38,7 +38,10 @@ fn sample() -> Result<HashMap<u32, ProcessStatus>, ControlError> {
 }
 
 /// One frame: a row per process with rates against the previous sample.
-pub fn render_frame(now: &HashMap<u32, ProcessStatus>, before: &HashMap<u32, ProcessStatus>) -> String {
+pub fn render_frame(
+    now: &HashMap<u32, ProcessStatus>,
+    before: &HashMap<u32, ProcessStatus>,
+) -> String {
     let mut pids: Vec<&u32> = now.keys().collect();
     pids.sort();
     let mut rows = vec![[

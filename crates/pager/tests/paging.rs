@@ -96,7 +96,15 @@ fn stress_sampled(
     budget_chunks: usize,
     sample: Option<Duration>,
 ) -> RegionStats {
-    stress_with(policy, mode, chunk_pages, budget_chunks, sample, None, false)
+    stress_with(
+        policy,
+        mode,
+        chunk_pages,
+        budget_chunks,
+        sample,
+        None,
+        false,
+    )
 }
 
 /// Operations per thread in the randomized tests (`MEMVISOR_PAGER_STRESS_OPS` overrides).
@@ -145,8 +153,10 @@ fn stress_with(
         let done = done.clone();
         let region = region.clone();
         std::thread::spawn(move || {
-            let policies: Vec<PolicySpec> =
-                PolicySpec::all().into_iter().filter(|p| !p.is_offline()).collect();
+            let policies: Vec<PolicySpec> = PolicySpec::all()
+                .into_iter()
+                .filter(|p| !p.is_offline())
+                .collect();
             let mut rng = Rng::new(99);
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 region.set_budget((1 + rng.below(4)) * chunk).unwrap();
@@ -186,8 +196,9 @@ fn stress_with(
                             (p, 1)
                         };
                         // Lock in ascending order; the other threads hold one page at a time.
-                        let mut held: Vec<_> =
-                            (first..first + n).map(|q| shadow[q].lock().unwrap()).collect();
+                        let mut held: Vec<_> = (first..first + n)
+                            .map(|q| shadow[q].lock().unwrap())
+                            .collect();
                         region.discard(first * ps, n * ps).unwrap();
                         for page in held.iter_mut() {
                             page.fill(0);

@@ -245,7 +245,9 @@ impl ArenaAllocator {
             return false;
         }
         let have_end = (start + old_len).next_multiple_of(self.chunk);
-        let want_end = (start + new_len).next_multiple_of(self.chunk).min(self.size);
+        let want_end = (start + new_len)
+            .next_multiple_of(self.chunk)
+            .min(self.size);
         if want_end > have_end {
             let extra = (have_end, want_end - have_end);
             if !self.all_free(extra) || !self.take_free(extra) {
@@ -417,7 +419,9 @@ mod tests {
                     let stop = (start + len).min(8 * C);
                     let was: usize = mapped[start / P..stop / P].iter().filter(|&&m| m).count();
                     assert_eq!(r.discard.iter().map(|s| s.1).sum::<usize>(), was * P);
-                    mapped[start / P..stop / P].iter_mut().for_each(|m| *m = false);
+                    mapped[start / P..stop / P]
+                        .iter_mut()
+                        .for_each(|m| *m = false);
                     for c in r.chunks {
                         assert!(mapped[c.0 / P..(c.0 + c.1) / P].iter().all(|m| !m));
                         a.add_free(c);
@@ -435,10 +439,7 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(
-                a.mapped_bytes(),
-                mapped.iter().filter(|&&m| m).count() * P
-            );
+            assert_eq!(a.mapped_bytes(), mapped.iter().filter(|&&m| m).count() * P);
         }
     }
 }

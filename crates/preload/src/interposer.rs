@@ -89,7 +89,10 @@ pub unsafe fn mmap(
             return match result {
                 Ok(()) => addr,
                 Err(e) => {
-                    mp::note_unmanaged(len, "MAP_FIXED over managed memory that is not plain anonymous memory");
+                    mp::note_unmanaged(
+                        len,
+                        "MAP_FIXED over managed memory that is not plain anonymous memory",
+                    );
                     set_errno(e);
                     libc::MAP_FAILED
                 }
@@ -156,7 +159,9 @@ fn split(
 }
 
 fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
 }
 
 /// `munmap`.
@@ -262,7 +267,8 @@ pub unsafe fn mremap(
     if n == 0 && !target_managed {
         return pass();
     }
-    let in_arena = n == 1 && over[0].2.is_none() && over[0].0 == o && over[0].1 == page_round(old_len);
+    let in_arena =
+        n == 1 && over[0].2.is_none() && over[0].0 == o && over[0].1 == page_round(old_len);
     let result = if !in_arena || fixed || target_managed || old_len == 0 {
         // Moving managed memory elsewhere, or over it, is not supported.
         Err(libc::EINVAL)

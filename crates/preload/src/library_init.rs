@@ -114,10 +114,20 @@ fn clean_environment() {
     }
 }
 
+/// The program's name: the last component of `argv[0]` (`/proc/self/comm` truncates to 15
+/// bytes, too short for `qemu-system-x86_64`).
 fn program_name() -> String {
-    std::fs::read_to_string("/proc/self/comm")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    let argv0 = std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|c| c.split(|&b| b == 0).next().map(<[u8]>::to_vec))
+        .map(|a| String::from_utf8_lossy(&a).into_owned())
+        .unwrap_or_default();
+    match argv0.rsplit('/').next() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => std::fs::read_to_string("/proc/self/comm")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+    }
 }
 
 extern "C" fn after_fork_in_child() {
@@ -140,7 +150,11 @@ extern "C" fn library_start() {
     if let Err(e) = managed_process::start(config, program_name()) {
         fail(&e.to_string());
     }
-    match ControlServer::start(&control_dir, Arc::new(ProcessControl), ShimGuard::enter_forever) {
+    match ControlServer::start(
+        &control_dir,
+        Arc::new(ProcessControl),
+        ShimGuard::enter_forever,
+    ) {
         Ok(s) => {
             OWNER_PID.store(std::process::id(), Ordering::Release);
             let _ = SERVER.set(s);

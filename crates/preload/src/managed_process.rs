@@ -124,7 +124,10 @@ fn intersect(a: usize, len: usize, s: usize, e: usize) -> Option<Span> {
 
 /// Managed ranges overlapping `[a, a + len)`, as `(start, len, owner)` with owner `None` for
 /// the arena and `Some(slot)` for a fixed region; sorted by start. Lock-free.
-pub fn managed_overlaps(a: usize, len: usize) -> ([(usize, usize, Option<usize>); MAX_FIXED + 1], usize) {
+pub fn managed_overlaps(
+    a: usize,
+    len: usize,
+) -> ([(usize, usize, Option<usize>); MAX_FIXED + 1], usize) {
     let mut out = [(0, 0, None); MAX_FIXED + 1];
     let mut n = 0;
     if let Some(s) = intersect(
@@ -382,7 +385,9 @@ pub fn set(budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
             a.set_policy(spec.clone()).map_err(|e| e.to_string())?;
         }
         for f in &p.fixed {
-            f.region.set_policy(spec.clone()).map_err(|e| e.to_string())?;
+            f.region
+                .set_policy(spec.clone())
+                .map_err(|e| e.to_string())?;
         }
         p.policy = spec;
     }
@@ -465,10 +470,18 @@ pub fn arena_advise_discard(addr: usize, len: usize) -> Result<(), c_int> {
 }
 
 /// Grows or shrinks an arena mapping (`mremap`); returns the new address.
-pub fn arena_remap(old: usize, old_len: usize, new_len: usize, may_move: bool) -> Result<usize, c_int> {
+pub fn arena_remap(
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    may_move: bool,
+) -> Result<usize, c_int> {
     let page = memvisor_pager::page_size();
     let base = ARENA_START.load(Ordering::Acquire);
-    let (old_len, new_len) = (old_len.next_multiple_of(page), new_len.next_multiple_of(page));
+    let (old_len, new_len) = (
+        old_len.next_multiple_of(page),
+        new_len.next_multiple_of(page),
+    );
     if new_len == 0 {
         return Err(libc::EINVAL);
     }
@@ -506,7 +519,12 @@ pub fn arena_remap(old: usize, old_len: usize, new_len: usize, may_move: bool) -
 /// Creates a fixed region at `addr` (for `MAP_FIXED` or guest RAM) and rebalances the budget.
 /// `memfd`: the guest-RAM memfd to adopt (a duplicate is taken). `None` leaves the mapping to
 /// the kernel (the reason is printed once).
-pub fn fixed_map(addr: Option<usize>, len: usize, kind: FixedKind, memfd: Option<c_int>) -> Option<usize> {
+pub fn fixed_map(
+    addr: Option<usize>,
+    len: usize,
+    kind: FixedKind,
+    memfd: Option<c_int>,
+) -> Option<usize> {
     let mut guard = lock();
     let p = guard.as_mut()?;
     let Some(slot) = FIXED_SPANS
@@ -545,7 +563,10 @@ pub fn fixed_map(addr: Option<usize>, len: usize, kind: FixedKind, memfd: Option
     };
     let start = region.as_ptr() as usize;
     FIXED_SPANS[slot].0.store(start, Ordering::Release);
-    FIXED_SPANS[slot].1.store(start + len.next_multiple_of(memvisor_pager::page_size()), Ordering::Release);
+    FIXED_SPANS[slot].1.store(
+        start + len.next_multiple_of(memvisor_pager::page_size()),
+        Ordering::Release,
+    );
     FIXED_COUNT.fetch_add(1, Ordering::AcqRel);
     p.fixed.push(FixedRegion {
         region,
@@ -564,7 +585,11 @@ pub fn fixed_map(addr: Option<usize>, len: usize, kind: FixedKind, memfd: Option
 pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
     let mut guard = lock();
     let p = guard.as_mut().ok_or(libc::EINVAL)?;
-    let i = p.fixed.iter().position(|f| f.slot == slot).ok_or(libc::EINVAL)?;
+    let i = p
+        .fixed
+        .iter()
+        .position(|f| f.slot == slot)
+        .ok_or(libc::EINVAL)?;
     let start = p.fixed[i].region.as_ptr() as usize;
     let whole = FIXED_SPANS[slot].1.load(Ordering::Acquire) - start;
     if addr == start && len >= whole {
@@ -589,7 +614,11 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
 pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
     let mut guard = lock();
     let p = guard.as_mut().ok_or(libc::EINVAL)?;
-    let f = p.fixed.iter_mut().find(|f| f.slot == slot).ok_or(libc::EINVAL)?;
+    let f = p
+        .fixed
+        .iter_mut()
+        .find(|f| f.slot == slot)
+        .ok_or(libc::EINVAL)?;
     f.discards += 1;
     let start = f.region.as_ptr() as usize;
     f.region.discard(addr - start, len).map_err(|e| {

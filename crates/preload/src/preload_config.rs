@@ -43,11 +43,14 @@ impl PreloadConfig {
             return Ok(None);
         };
         let bytes = |name: &'static str, value: String| -> Result<usize, PreloadError> {
-            value.trim().parse::<usize>().map_err(|_| PreloadError::Env {
-                name,
-                value,
-                reason: "expected a number of bytes".into(),
-            })
+            value
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| PreloadError::Env {
+                    name,
+                    value,
+                    reason: "expected a number of bytes".into(),
+                })
         };
         let chunk_size = DEFAULT_CHUNK_SIZE;
         let budget = bytes(launch_env::BUDGET, budget)?;
