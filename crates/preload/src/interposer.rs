@@ -176,9 +176,8 @@ pub unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     if !ACTIVE.load(Ordering::Acquire) || len == 0 || a % memvisor_pager::page_size() != 0 {
         return pass();
     }
-    let Some(_guard) = ShimGuard::enter() else {
-        return pass();
-    };
+    // No reentrancy bypass here (nor in madvise and mremap): whoever unmaps managed memory,
+    // the regions must know, or the kernel would punch holes into their mappings.
     if mp::managed_overlaps(a, page_round(len)).1 == 0 {
         return pass();
     }
@@ -215,9 +214,6 @@ pub unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     if !discard && !keep_dontfork {
         return pass();
     }
-    let Some(_guard) = ShimGuard::enter() else {
-        return pass();
-    };
     if mp::managed_overlaps(a, page_round(len)).1 == 0 {
         return pass();
     }
@@ -256,9 +252,6 @@ pub unsafe fn mremap(
     if !ACTIVE.load(Ordering::Acquire) {
         return pass();
     }
-    let Some(_guard) = ShimGuard::enter() else {
-        return pass();
-    };
     let o = old as usize;
     let fixed = flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0;
     let (over, n) = mp::managed_overlaps(o, page_round(old_len.max(1)));

@@ -28,17 +28,27 @@
 //! `MEMVISOR_*` variables) at start, so exec'd children run unmanaged unless
 //! `memvisor run --manage-children` asked otherwise.
 //!
-//! Each managed process serves a control socket (`memvisor_control`).
+//! Each managed process serves a control socket (`memvisor_control`). The library's own heap
+//! is separate from the program's `malloc` (`shim_allocator`), because the program's allocator
+//! calls the interposed functions while holding its locks.
 
 pub mod arena_allocator;
 pub mod entry_points;
 mod interposer;
 mod library_init;
 pub mod managed_process;
+mod pager_worker;
 pub mod preload_config;
 mod preload_error;
 mod raw_calls;
+mod shim_allocator;
 mod shim_guard;
+
+/// Every allocation of the library's Rust code (std and the pager included) comes from its own
+/// heap, never from the program's `malloc` (see [`shim_allocator`]).
+#[cfg(not(test))]
+#[global_allocator]
+static LIBRARY_HEAP: shim_allocator::ShimAllocator = shim_allocator::ShimAllocator;
 
 pub use library_init::SETUP_FAILURE_STATUS;
 pub use preload_config::PreloadConfig;

@@ -25,6 +25,7 @@ use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
 use crate::arena_allocator::{ArenaAllocator, Span};
+use crate::pager_worker::run_on_worker;
 use crate::preload_config::PreloadConfig;
 use crate::preload_error::PreloadError;
 
@@ -113,6 +114,26 @@ fn arena_region() -> Option<&'static Region> {
     let p = ARENA.load(Ordering::Acquire);
     // SAFETY: ARENA is only ever set to a leaked Box<Region>, which is never freed.
     (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// A region handed to the worker thread while its owner waits (the state lock held).
+#[derive(Clone, Copy)]
+struct RegionRef(*const Region);
+
+// SAFETY: `Region` is Sync (its methods take &self and synchronize internally); the pointer
+// is only dereferenced while the owner keeps the region alive (see `get`).
+unsafe impl Send for RegionRef {}
+
+impl RegionRef {
+    /// The region.
+    ///
+    /// # Safety
+    ///
+    /// The region must still be alive: its owner waits for the job that calls this.
+    unsafe fn get(self) -> &'static Region {
+        // SAFETY: guaranteed alive by the caller.
+        unsafe { &*self.0 }
+    }
 }
 
 /// Overlap of `[a, a + len)` with `[s, e)`.
@@ -205,7 +226,23 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
             crate::raw_calls::munmap(tail as *mut libc::c_void, res_end - tail);
         }
     }
-    ARENA.store(Box::into_raw(Box::new(region)), Ordering::Release);
+    let region: &'static Region = Box::leak(Box::new(region));
+    // Start the worker, and have it and the handler serve one command now, before the program
+    // runs: both are then past their thread start-up (which uses the program's malloc).
+    crate::pager_worker::start().map_err(|e| PreloadError::Env {
+        name: memvisor_control::launch_env::BUDGET,
+        value: config.budget.to_string(),
+        reason: format!("cannot start the library's worker thread: {e}"),
+    })?;
+    let budget = config.budget;
+    run_on_worker(move || region.set_budget(budget).map_err(|_| libc::EIO)).map_err(|e| {
+        PreloadError::Env {
+            name: memvisor_control::launch_env::BUDGET,
+            value: budget.to_string(),
+            reason: format!("the arena's fault handler does not answer (errno {e})"),
+        }
+    })?;
+    ARENA.store(region as *const Region as *mut Region, Ordering::Release);
     ARENA_START.store(start, Ordering::Release);
     ARENA_END.store(start + size, Ordering::Release);
     MIN_REGION.store(config.min_region, Ordering::Release);
@@ -266,14 +303,18 @@ impl ManagedProcess {
     fn rebalance(&self) -> Result<(), String> {
         let total: usize =
             self.arena_weight() + self.fixed.iter().map(|f| f.region.len()).sum::<usize>();
+        let mut jobs: Vec<(RegionRef, usize)> = Vec::new();
         if let Some(a) = arena_region() {
-            a.set_budget(self.share(self.arena_weight(), total))
-                .map_err(|e| e.to_string())?;
+            jobs.push((RegionRef(a), self.share(self.arena_weight(), total)));
         }
         for f in &self.fixed {
-            f.region
-                .set_budget(self.share(f.region.len(), total))
-                .map_err(|e| e.to_string())?;
+            jobs.push((RegionRef(&f.region), self.share(f.region.len(), total)));
+        }
+        for (r, budget) in jobs {
+            // SAFETY: the state lock is held by our caller while the worker runs this, so the
+            // region (owned by the state, or leaked) outlives the job.
+            run_on_worker(move || unsafe { r.get() }.set_budget(budget).map_err(|_| libc::EIO))
+                .map_err(|_| format!("setting a budget of {budget} bytes failed"))?;
         }
         Ok(())
     }
@@ -381,13 +422,15 @@ pub fn set(budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
         p.rebalance()?;
     }
     if let Some(spec) = spec {
-        if let Some(a) = arena_region() {
-            a.set_policy(spec.clone()).map_err(|e| e.to_string())?;
-        }
-        for f in &p.fixed {
-            f.region
-                .set_policy(spec.clone())
-                .map_err(|e| e.to_string())?;
+        let mut regions: Vec<RegionRef> =
+            arena_region().map(|a| RegionRef(a)).into_iter().collect();
+        regions.extend(p.fixed.iter().map(|f| RegionRef(&f.region)));
+        for r in regions {
+            let spec = spec.clone();
+            // SAFETY: the state lock is held until the worker has run this, so the region
+            // outlives the job.
+            run_on_worker(move || unsafe { r.get() }.set_policy(spec).map_err(|_| libc::EIO))
+                .map_err(|_| "setting the policy failed".to_string())?;
         }
         p.policy = spec;
     }
@@ -414,9 +457,11 @@ fn arena_discard(addr: usize, len: usize) -> Result<(), c_int> {
     };
     let off = addr - ARENA_START.load(Ordering::Acquire);
     ARENA_DISCARDS.fetch_add(1, Ordering::Relaxed);
-    region.discard(off, len).map_err(|e| {
-        eprintln!("memvisor-preload: {e}");
-        libc::EIO
+    run_on_worker(move || {
+        region.discard(off, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
     })
 }
 
@@ -604,9 +649,13 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
         return Ok(());
     }
     p.fixed[i].discards += 1;
-    p.fixed[i].region.discard(addr - start, len).map_err(|e| {
-        eprintln!("memvisor-preload: {e}");
-        libc::EIO
+    let r = RegionRef(&p.fixed[i].region);
+    // SAFETY: the state lock is held until the worker has run this.
+    run_on_worker(move || {
+        unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
     })
 }
 
@@ -621,9 +670,13 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
         .ok_or(libc::EINVAL)?;
     f.discards += 1;
     let start = f.region.as_ptr() as usize;
-    f.region.discard(addr - start, len).map_err(|e| {
-        eprintln!("memvisor-preload: {e}");
-        libc::EIO
+    let r = RegionRef(&f.region);
+    // SAFETY: the state lock is held until the worker has run this.
+    run_on_worker(move || {
+        unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
     })
 }
 

@@ -1,11 +1,12 @@
-//! [`ShimGuard`]: keeps the interposed calls from re-entering themselves, and recognizes the
-//! threads whose memory must never be managed.
+//! [`ShimGuard`]: keeps the library's own threads and start-up from being given managed
+//! memory, and recognizes the pager's threads.
 //!
-//! While a thread is inside the library (creating a region, serving the control socket,
-//! discarding a range), the memory calls it makes — directly or through the allocator —
-//! go straight to the kernel. The pager's fault-handler threads (named `pager-N`) are never
-//! given managed memory either: a handler faulting on memory it pages itself would wait for
-//! itself.
+//! While a thread is inside the library (starting up, serving the control socket), a new
+//! mapping it causes (through glibc's internal use of the program's `malloc`, say) goes to
+//! the kernel instead of the arena. The pager's fault-handler threads (named `pager-N`) are
+//! never given managed memory either: a handler faulting on memory it pages itself would wait
+//! for itself. `munmap`, `madvise` and `mremap` of managed memory are handled whoever calls
+//! them.
 
 use std::cell::Cell;
 
