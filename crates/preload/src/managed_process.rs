@@ -652,6 +652,7 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
     let r = RegionRef(&p.fixed[i].region);
     // SAFETY: the state lock is held until the worker has run this.
     run_on_worker(move || {
+        // SAFETY: the state lock is held by the waiting caller, so the region is alive.
         unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
             eprintln!("memvisor-preload: {e}");
             libc::EIO
@@ -673,6 +674,7 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
     let r = RegionRef(&f.region);
     // SAFETY: the state lock is held until the worker has run this.
     run_on_worker(move || {
+        // SAFETY: the state lock is held by the waiting caller, so the region is alive.
         unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
             eprintln!("memvisor-preload: {e}");
             libc::EIO
