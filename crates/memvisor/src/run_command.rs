@@ -18,6 +18,9 @@ use memvisor_policy::PolicySpec;
 
 use crate::host_memory::mem_total_bytes;
 
+/// Largest arena: a quarter of the 47-bit user address space.
+const MAX_ARENA: u64 = 32 << 40;
+
 /// File name of the preload library.
 pub const PRELOAD_FILE: &str = "libmemvisor_preload.so";
 
@@ -241,6 +244,16 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         Some(a) => parse_size("arena", a)?.resolve(ram),
         None => ram.saturating_mul(2),
     };
+    if arena > MAX_ARENA {
+        return Err(RunError::Value {
+            arg: "arena",
+            given: args.arena.clone().unwrap_or_default(),
+            reason: format!(
+                "more than {} of address space (the arena is reserved at start)",
+                format_bytes(MAX_ARENA)
+            ),
+        });
+    }
     if arena < chunk {
         return Err(RunError::Value {
             arg: "arena",
