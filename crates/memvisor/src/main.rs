@@ -1,8 +1,10 @@
 //! `memvisor`: the command-line front end. Each subcommand lives in its own module and calls
 //! into the component crates; this file only parses arguments and reports errors.
 
+mod dedup_command;
 mod host_memory;
 mod run_command;
+mod scrub_command;
 mod set_command;
 mod sim_command;
 mod source_args;
@@ -28,6 +30,10 @@ enum Command {
     Sim(sim_command::SimArgs),
     /// Trace utilities: convert between formats.
     Trace(trace_command::TraceArgs),
+    /// Duplicate pages within and across processes, and what the kernel's KSM merges.
+    Dedup(dedup_command::DedupArgs),
+    /// Exclusive host cache: drop host page-cache pages of VM images the guests hold.
+    Scrub(scrub_command::ScrubArgs),
     /// Run a program with its large memory under the pager.
     Run(run_command::RunArgs),
     /// Show a managed process's budget, policy and regions.
@@ -43,6 +49,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim_command::run(args).map_err(|e| e.to_string()),
         Command::Trace(args) => trace_command::run(args).map_err(|e| e.to_string()),
+        Command::Dedup(args) => dedup_command::run(args).map_err(|e| e.to_string()),
+        Command::Scrub(args) => scrub_command::run(args).map_err(|e| e.to_string()),
         Command::Run(args) => match run_command::run(args) {
             Ok(code) => return ExitCode::from(code),
             Err(e) => Err(e.to_string()),

@@ -34,6 +34,7 @@ mod fault_handler;
 mod fault_injector;
 pub mod ffi;
 mod memfd;
+mod page_out_engine;
 mod pagemap;
 mod pager_error;
 mod raw_memory_calls;
@@ -42,6 +43,8 @@ mod region_command;
 mod region_config;
 mod region_stats;
 mod swap_file;
+mod thread_pool_writer;
+mod uring_writer;
 pub mod userfaultfd;
 
 pub use fault_injector::FaultInjector;
@@ -50,7 +53,8 @@ pub use pagemap::Pagemap;
 pub use pager_error::PagerError;
 pub use region::Region;
 pub use region_config::{
-    RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_POLICY, DEFAULT_SAMPLE_INTERVAL,
+    PageOut, RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_HEADROOM, DEFAULT_POLICY,
+    DEFAULT_SAMPLE_INTERVAL,
 };
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};

@@ -13,12 +13,15 @@ use memvisor_policy::PolicySpec;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
+use crate::page_out_engine::PageOutEngine;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::region_command::{CommandQueue, RegionCommand};
-use crate::region_config::{RegionConfig, ResolveMode};
+use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
 use crate::swap_file::SwapFile;
+use crate::thread_pool_writer::ThreadPoolWriter;
+use crate::uring_writer::UringWriter;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
 
 static REGION_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -44,6 +47,7 @@ pub struct Region {
     size: usize,
     chunk_size: usize,
     resolve: ResolveMode,
+    page_out: PageOut,
     swap_direct: bool,
     swap_path: PathBuf,
     dirty_tracking: bool,
@@ -195,6 +199,21 @@ impl Region {
             bounce,
         );
         handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
+        handler.engine = match config.page_out {
+            PageOut::Sync => None,
+            PageOut::Threads(n) => Some(PageOutEngine::Threads(
+                ThreadPoolWriter::new(&seq.to_string(), n).map_err(|source| {
+                    PagerError::Thread {
+                        region: name.clone(),
+                        source,
+                    }
+                })?,
+            )),
+            PageOut::IoUring(n) => Some(PageOutEngine::Uring(Box::new(
+                UringWriter::new(n).map_err(mem_err("io_uring setup"))?,
+            ))),
+        };
+        handler.headroom = config.headroom;
         handler.pagemap = pagemap;
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))
@@ -210,6 +229,7 @@ impl Region {
             size: config.size,
             chunk_size: cs,
             resolve: config.resolve,
+            page_out: config.page_out,
             swap_direct,
             swap_path,
             memfd_fd,
@@ -321,6 +341,11 @@ impl Region {
     /// How faults are resolved.
     pub fn resolve_mode(&self) -> ResolveMode {
         self.resolve
+    }
+
+    /// How victims are written to swap.
+    pub fn page_out(&self) -> PageOut {
+        self.page_out
     }
 
     /// Whether dirty tracking is on (clean chunks are evicted without a write).

@@ -43,6 +43,64 @@ impl ResolveMode {
     }
 }
 
+/// How evicted chunks that need a write get to swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageOut {
+    /// Written inside the fault that needs room: the faulting thread waits for the write.
+    Sync,
+    /// Written by `n` writer threads (blocking `pwrite`); the fault handler maps the next
+    /// chunk meanwhile (seed 003, section 4.3).
+    Threads(usize),
+    /// Submitted by the fault handler to an io_uring of depth `n`; no extra threads.
+    IoUring(usize),
+}
+
+impl Default for PageOut {
+    fn default() -> Self {
+        Self::Threads(2)
+    }
+}
+
+impl std::fmt::Display for PageOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sync => write!(f, "sync"),
+            Self::Threads(n) => write!(f, "threads:{n}"),
+            Self::IoUring(n) => write!(f, "io-uring:{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for PageOut {
+    type Err = String;
+
+    /// `sync`, `threads[:N]` (default 2) or `io-uring[:N]` (default 4), N from 1 to 64.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, n) = match s.split_once(':') {
+            Some((a, b)) => (a, Some(b)),
+            None => (s, None),
+        };
+        let count = |default: usize| -> Result<usize, String> {
+            let Some(n) = n else { return Ok(default) };
+            match n.parse::<usize>() {
+                Ok(v @ 1..=64) => Ok(v),
+                _ => Err(format!("page-out {s:?}: {n:?} is not a count from 1 to 64")),
+            }
+        };
+        match name {
+            "sync" if n.is_none() => Ok(Self::Sync),
+            "threads" => Ok(Self::Threads(count(2)?)),
+            "io-uring" => Ok(Self::IoUring(count(4)?)),
+            _ => Err(format!(
+                "page-out {s:?}: expected sync, threads[:N] or io-uring[:N]"
+            )),
+        }
+    }
+}
+
+/// Default free chunks an asynchronous page-out keeps ahead of demand.
+pub const DEFAULT_HEADROOM: usize = 2;
+
 /// Everything needed to build a [`Region`](crate::Region).
 #[derive(Debug, Clone)]
 pub struct RegionConfig {
@@ -75,6 +133,15 @@ pub struct RegionConfig {
     /// they were read from swap are evicted without a write. Default on; silently off if the
     /// kernel lacks the features (see [`Region::dirty_tracking`](crate::Region::dirty_tracking)).
     pub dirty_tracking: bool,
+    /// How dirty victims are written: synchronously, or asynchronously on writer threads or an
+    /// io_uring (default: two writer threads).
+    pub page_out: PageOut,
+    /// With asynchronous page-out: chunks kept free ahead of demand (victims are written while
+    /// the program runs, so a page-in seldom waits for a write). At most `budget - 1` chunks
+    /// A quarter of the budget at most is used; with 0 (or a budget under 4 chunks) victims
+    /// are chosen only when a page-in needs room, as with [`PageOut::Sync`], and only the
+    /// write itself overlaps with serving faults.
+    pub headroom: usize,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
     /// Print each recorded error to stderr as it happens.
@@ -104,6 +171,8 @@ impl RegionConfig {
             resolve: ResolveMode::default(),
             sample_interval: Some(DEFAULT_SAMPLE_INTERVAL),
             dirty_tracking: true,
+            page_out: PageOut::default(),
+            headroom: DEFAULT_HEADROOM,
             name: "region".into(),
             log_errors: true,
             fault_injector: None,
@@ -139,6 +208,18 @@ impl RegionConfig {
     /// Turns dirty tracking on or off.
     pub fn dirty_tracking(mut self, on: bool) -> Self {
         self.dirty_tracking = on;
+        self
+    }
+
+    /// Sets how victims are written to swap.
+    pub fn page_out(mut self, page_out: PageOut) -> Self {
+        self.page_out = page_out;
+        self
+    }
+
+    /// Sets the asynchronous page-out headroom in chunks.
+    pub fn headroom(mut self, chunks: usize) -> Self {
+        self.headroom = chunks;
         self
     }
 

@@ -41,6 +41,15 @@ pub struct RegionStats {
     /// Whole chunks discarded ([`Region::discard`](crate::Region::discard)): dropped from memory
     /// and swap, or reset from poisoned.
     pub discarded_chunks: u64,
+    /// Asynchronous page-out: fault messages for chunks being written (served when the write
+    /// completes, by keeping the chunk in memory).
+    pub faults_during_write: u64,
+    /// Asynchronous page-out: chunks kept in memory after their write because a fault asked
+    /// for them meanwhile (no read needed).
+    pub rescued_chunks: u64,
+    /// Asynchronous page-out: page-ins that had to wait for a write to complete to stay within
+    /// the budget (the headroom was used up).
+    pub page_in_write_waits: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -102,6 +111,9 @@ pub(crate) struct StatsCounters {
     pub dirty_tracking_misses: AtomicU64,
     pub stale_punches: AtomicU64,
     pub discarded_chunks: AtomicU64,
+    pub faults_during_write: AtomicU64,
+    pub rescued_chunks: AtomicU64,
+    pub page_in_write_waits: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -199,6 +211,9 @@ impl StatsCounters {
             dirty_tracking_misses: g(&self.dirty_tracking_misses),
             stale_punches: g(&self.stale_punches),
             discarded_chunks: g(&self.discarded_chunks),
+            faults_during_write: g(&self.faults_during_write),
+            rescued_chunks: g(&self.rescued_chunks),
+            page_in_write_waits: g(&self.page_in_write_waits),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

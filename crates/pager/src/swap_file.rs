@@ -48,13 +48,41 @@ pub enum WriteOutcome {
 /// all-zero chunks are never written.
 #[derive(Debug)]
 pub struct SwapFile {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     chunk_size: usize,
     direct: bool,
     /// `Some(crc)` for stored chunks, `None` for chunks that read as zero.
     crcs: Vec<Option<u32>>,
     injector: Option<Arc<FaultInjector>>,
+}
+
+/// One chunk write prepared by [`SwapFile::prepare_write`], to be carried out on any thread.
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkWrite {
+    /// Byte offset in the swap file.
+    pub offset: u64,
+    /// The swap file (shared with its owner, who reads other chunks meanwhile).
+    pub file: Arc<File>,
+    injector: Option<Arc<FaultInjector>>,
+}
+
+impl ChunkWrite {
+    /// The injected failure for this write, if the test armed one.
+    pub fn injected_failure(&self) -> io::Result<()> {
+        match &self.injector {
+            Some(inj) => inj.before_write(),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `data` and returns its CRC32C.
+    pub fn write(&self, data: &[u8]) -> io::Result<u32> {
+        self.injected_failure()?;
+        let crc = crc32c(data);
+        self.file.write_all_at(data, self.offset)?;
+        Ok(crc)
+    }
 }
 
 static SWAP_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -124,7 +152,7 @@ impl SwapFile {
             });
         }
         Ok(Self {
-            file,
+            file: Arc::new(file),
             path,
             chunk_size,
             direct,
@@ -178,19 +206,39 @@ impl SwapFile {
     /// is punched and recorded as zero. On error the chunk's previous content in the file is
     /// forgotten (it reads as zero), so keep the data elsewhere.
     pub fn write_chunk(&mut self, chunk: usize, data: &[u8]) -> io::Result<WriteOutcome> {
-        let offset = self.check(chunk, data.len(), data.as_ptr())?;
         if is_zero(data) {
+            self.check(chunk, data.len(), data.as_ptr())?;
             self.punch(chunk)?;
             return Ok(WriteOutcome::Zero);
         }
-        self.crcs[chunk] = None;
-        if let Some(inj) = &self.injector {
-            inj.before_write()?;
-        }
-        let crc = crc32c(data);
-        self.file.write_all_at(data, offset)?;
-        self.crcs[chunk] = Some(crc);
+        let w = self.prepare_write(chunk, data)?;
+        let crc = w.write(data)?;
+        self.record_written(chunk, crc);
         Ok(WriteOutcome::Written)
+    }
+
+    /// Starts a write of `data` as chunk `chunk` that another thread (or the kernel, through
+    /// io_uring) carries out: checks the arguments and forgets the chunk's previous content
+    /// (it is being overwritten). Once the write has succeeded, [`record_written`] the
+    /// checksum; until then, and for good if it fails, the chunk reads as zero.
+    ///
+    /// [`record_written`]: Self::record_written
+    pub(crate) fn prepare_write(&mut self, chunk: usize, data: &[u8]) -> io::Result<ChunkWrite> {
+        let offset = self.check(chunk, data.len(), data.as_ptr())?;
+        self.crcs[chunk] = None;
+        Ok(ChunkWrite {
+            offset,
+            file: self.file.clone(),
+            injector: self.injector.clone(),
+        })
+    }
+
+    /// Records that chunk `chunk` now holds data with checksum `crc` (after a prepared write
+    /// succeeded).
+    pub(crate) fn record_written(&mut self, chunk: usize, crc: u32) {
+        if let Some(c) = self.crcs.get_mut(chunk) {
+            *c = Some(crc);
+        }
     }
 
     /// Reads chunk `chunk` into `buf` (its stored length). Returns `Ok(false)`, leaving `buf`

@@ -9,7 +9,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{pattern, read, supported, write};
-use memvisor_pager::{page_size, FaultInjector, PagerError, Region, RegionConfig, ResolveMode};
+use memvisor_pager::{
+    page_size, FaultInjector, PageOut, PagerError, Region, RegionConfig, ResolveMode,
+};
 
 const CHILD_ENV: &str = "MEMVISOR_PAGER_TEST_CHILD";
 const CHILD_DIR_ENV: &str = "MEMVISOR_PAGER_TEST_DIR";
@@ -61,10 +63,12 @@ fn write_failure_keeps_data(errno: i32, mode: ResolveMode) {
     let chunk = 4 * ps;
     let dir = tempfile::tempdir().unwrap();
     let inj = Arc::new(FaultInjector::new());
+    // Synchronous page-out: the counts after each step are exact.
     let region = Region::new(
         RegionConfig::new(6 * chunk, 2 * chunk, dir.path())
             .chunk_size(chunk)
             .resolve(mode)
+            .page_out(PageOut::Sync)
             .fault_injector(inj.clone())
             .log_errors(false),
     )
@@ -93,8 +97,20 @@ fn write_failure_keeps_data(errno: i32, mode: ResolveMode) {
         (2, 1, 3),
         "{s:?}"
     );
+    check_write_errors(&region, 2);
+    // Writes work again: the overrun drains as new chunks come in, and nothing was lost.
+    fill(4, &mut buf);
+    fill(5, &mut buf);
+    verify_patterns(&region, 6, chunk, &format!("{errno} {mode:?}"));
+    let s = region.stats();
+    assert_eq!(s.overrun_chunks, 0, "{s:?}");
+    assert!(s.resident_chunks <= 2, "{s:?}");
+}
+
+/// Every recorded error is a swap write error naming the region and an offset.
+fn check_write_errors(region: &Region, n: usize) {
     let errors = region.take_errors();
-    assert_eq!(errors.len(), 2);
+    assert_eq!(errors.len(), n, "{errors:?}");
     for e in &errors {
         assert!(matches!(e, PagerError::SwapWrite { .. }), "{e}");
         let msg = e.to_string();
@@ -103,20 +119,56 @@ fn write_failure_keeps_data(errno: i32, mode: ResolveMode) {
             "{msg}"
         );
     }
-    // Writes work again: the overrun drains as new chunks come in, and nothing was lost.
-    fill(4, &mut buf);
-    fill(5, &mut buf);
+}
+
+/// Two passes over chunks `0..chunks`, each holding `pattern(100 + c)`.
+fn verify_patterns(region: &Region, chunks: usize, chunk: usize, what: &str) {
     let mut want = vec![0u8; chunk];
+    let mut buf = vec![0u8; chunk];
     for _pass in 0..2 {
-        for c in 0..6 {
+        for c in 0..chunks {
             pattern(100 + c as u64, &mut want);
-            read(&region, c * chunk, &mut buf);
-            assert!(buf == want, "{errno} {mode:?}: chunk {c} lost");
+            read(region, c * chunk, &mut buf);
+            assert!(buf == want, "{what}: chunk {c} lost");
         }
     }
+}
+
+/// Asynchronous page-out: a write that fails on a writer thread or in the io_uring keeps the
+/// chunk in memory (overrun), is reported, and is retried; nothing is lost.
+fn async_write_failure_keeps_data(errno: i32, mode: ResolveMode, page_out: PageOut) {
+    let chunk = 4 * page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(FaultInjector::new());
+    let region = Region::new(
+        RegionConfig::new(8 * chunk, 3 * chunk, dir.path())
+            .chunk_size(chunk)
+            .resolve(mode)
+            .page_out(page_out)
+            .fault_injector(inj.clone())
+            .log_errors(false),
+    )
+    .unwrap();
+    let mut buf = vec![0u8; chunk];
+    for c in 0..3 {
+        pattern(100 + c as u64, &mut buf);
+        write(&region, c * chunk, &buf);
+    }
+    inj.fail_writes(errno, 2);
+    for c in 3..8 {
+        pattern(100 + c as u64, &mut buf);
+        write(&region, c * chunk, &buf);
+    }
+    let what = format!("{errno} {mode:?} {page_out}");
+    verify_patterns(&region, 8, chunk, &what);
     let s = region.stats();
-    assert_eq!(s.overrun_chunks, 0, "{s:?}");
-    assert!(s.resident_chunks <= 2, "{s:?}");
+    assert_eq!(s.write_errors, 2, "{what}: {s:?}");
+    check_write_errors(&region, 2);
+    // More passes drain the overrun chunks through successful writes.
+    verify_patterns(&region, 8, chunk, &what);
+    let s = region.stats();
+    assert_eq!(s.overrun_chunks, 0, "{what}: {s:?}");
+    assert!(s.resident_chunks <= 3, "{what}: {s:?}");
 }
 
 #[test]
@@ -127,6 +179,10 @@ fn swap_write_failure_keeps_the_chunk_resident() {
     for mode in [ResolveMode::AliasContinue, ResolveMode::Copy] {
         write_failure_keeps_data(libc::EIO, mode);
         write_failure_keeps_data(libc::ENOSPC, mode);
+        for page_out in [PageOut::Threads(2), PageOut::IoUring(4)] {
+            async_write_failure_keeps_data(libc::EIO, mode, page_out);
+            async_write_failure_keeps_data(libc::ENOSPC, mode, page_out);
+        }
     }
 }
 

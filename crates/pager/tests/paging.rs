@@ -8,11 +8,12 @@ use common::{pattern, read, supported, write, Rng};
 use std::time::Duration;
 
 use memvisor_pager::{
-    page_size, FaultInjector, PagerError, Region, RegionConfig, RegionStats, ResolveMode,
+    page_size, FaultInjector, PageOut, PagerError, Region, RegionConfig, RegionStats, ResolveMode,
 };
 use memvisor_policy::PolicySpec;
 
 const MODES: [ResolveMode; 2] = [ResolveMode::AliasContinue, ResolveMode::Copy];
+const PAGE_OUTS: [PageOut; 3] = [PageOut::Sync, PageOut::Threads(2), PageOut::IoUring(4)];
 
 fn config(size: usize, budget: usize, chunk: usize, dir: &std::path::Path) -> RegionConfig {
     RegionConfig::new(size, budget, dir).chunk_size(chunk)
@@ -96,15 +97,9 @@ fn stress_sampled(
     budget_chunks: usize,
     sample: Option<Duration>,
 ) -> RegionStats {
-    stress_with(
-        policy,
-        mode,
-        chunk_pages,
-        budget_chunks,
-        sample,
-        None,
-        false,
-    )
+    Stress::new(policy, mode, chunk_pages, budget_chunks)
+        .sample(sample)
+        .run()
 }
 
 /// Operations per thread in the randomized tests (`MEMVISOR_PAGER_STRESS_OPS` overrides).
@@ -115,157 +110,218 @@ fn ops_per_thread() -> usize {
         .unwrap_or(1500)
 }
 
-fn stress_with(
+/// One randomized run: the region's set-up and what happens besides the four threads.
+struct Stress {
     policy: PolicySpec,
     mode: ResolveMode,
     chunk_pages: usize,
     budget_chunks: usize,
     sample: Option<Duration>,
+    /// One failed swap write every 2 ms while the threads run.
     injector: Option<Arc<FaultInjector>>,
+    /// Discards by the threads, budget and policy changes by a controller thread.
     churn: bool,
-) -> RegionStats {
-    let ps = page_size();
-    let chunk = chunk_pages * ps;
-    // Not a multiple of the chunk: 13 chunks and 3 pages (and a few bytes).
-    let size = 13 * chunk + 3 * ps + 100;
-    let pages = size.div_ceil(ps);
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(size, budget_chunks * chunk, chunk, dir.path())
-        .policy(policy.clone())
-        .resolve(mode)
-        .sample_interval(sample)
-        .log_errors(false);
-    cfg.fault_injector = injector.clone();
-    let region = Arc::new(Region::new(cfg).unwrap());
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // With an injector: one failed swap write every couple of milliseconds while the threads run.
-    let failer = injector.map(|inj| {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                inj.fail_writes(libc::EIO, 1);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        })
-    });
-    // With churn: a controller changes the budget and the policy while the threads run.
-    let controller = churn.then(|| {
-        let done = done.clone();
-        let region = region.clone();
-        std::thread::spawn(move || {
-            let policies: Vec<PolicySpec> = PolicySpec::all()
-                .into_iter()
-                .filter(|p| !p.is_offline())
-                .collect();
-            let mut rng = Rng::new(99);
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                region.set_budget((1 + rng.below(4)) * chunk).unwrap();
-                region
-                    .set_policy(policies[rng.below(policies.len())].clone())
-                    .unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            region.set_budget(budget_chunks * chunk).unwrap();
-        })
-    });
-    let shadow: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
-        (0..pages)
-            .map(|p| Mutex::new(vec![0u8; ps.min(size - p * ps)]))
-            .collect(),
-    );
-    let threads: Vec<_> = (0..4u64)
-        .map(|t| {
-            let region = region.clone();
-            let shadow = shadow.clone();
+    page_out: PageOut,
+}
+
+impl Stress {
+    fn new(
+        policy: PolicySpec,
+        mode: ResolveMode,
+        chunk_pages: usize,
+        budget_chunks: usize,
+    ) -> Self {
+        Self {
+            policy,
+            mode,
+            chunk_pages,
+            budget_chunks,
+            sample: None,
+            injector: None,
+            churn: false,
+            page_out: PageOut::default(),
+        }
+    }
+
+    fn sample(mut self, sample: Option<Duration>) -> Self {
+        self.sample = sample;
+        self
+    }
+
+    fn failing_writes(mut self) -> Self {
+        self.injector = Some(Arc::new(FaultInjector::new()));
+        self
+    }
+
+    fn churn(mut self) -> Self {
+        self.churn = true;
+        self
+    }
+
+    fn page_out(mut self, page_out: PageOut) -> Self {
+        self.page_out = page_out;
+        self
+    }
+
+    fn run(self) -> RegionStats {
+        let Self {
+            policy,
+            mode,
+            chunk_pages,
+            budget_chunks,
+            sample,
+            injector,
+            churn,
+            page_out,
+        } = self;
+        let ps = page_size();
+        let chunk = chunk_pages * ps;
+        // Not a multiple of the chunk: 13 chunks and 3 pages (and a few bytes).
+        let size = 13 * chunk + 3 * ps + 100;
+        let pages = size.div_ceil(ps);
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(size, budget_chunks * chunk, chunk, dir.path())
+            .policy(policy.clone())
+            .resolve(mode)
+            .sample_interval(sample)
+            .page_out(page_out)
+            .log_errors(false);
+        cfg.fault_injector = injector.clone();
+        let region = Arc::new(Region::new(cfg).unwrap());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // With an injector: one failed swap write every couple of milliseconds while the threads run.
+        let failer = injector.map(|inj| {
+            let done = done.clone();
             std::thread::spawn(move || {
-                let mut rng = Rng::new(t + 1);
-                let mut buf = vec![0u8; ps];
-                for i in 0..ops_per_thread() {
-                    // Mostly a hot set of 3 chunks, sometimes anywhere.
-                    let p = if rng.below(4) == 0 {
-                        rng.below(pages)
-                    } else {
-                        rng.below(3 * chunk_pages).min(pages - 1)
-                    };
-                    if churn && rng.below(16) == 0 {
-                        // Discard a page, or (rarely) the whole chunk holding it.
-                        let (first, n) = if rng.below(4) == 0 {
-                            let c = p / chunk_pages;
-                            (c * chunk_pages, chunk_pages.min(pages - c * chunk_pages))
-                        } else {
-                            (p, 1)
-                        };
-                        // Lock in ascending order; the other threads hold one page at a time.
-                        let mut held: Vec<_> = (first..first + n)
-                            .map(|q| shadow[q].lock().unwrap())
-                            .collect();
-                        region.discard(first * ps, n * ps).unwrap();
-                        for page in held.iter_mut() {
-                            page.fill(0);
-                        }
-                        continue;
-                    }
-                    let mut page = shadow[p].lock().unwrap();
-                    let plen = page.len();
-                    let off = rng.below(plen);
-                    let len = (1 + rng.below(512)).min(plen - off);
-                    if rng.below(2) == 0 {
-                        pattern(rng.next(), &mut buf[..len]);
-                        write(&region, p * ps + off, &buf[..len]);
-                        page[off..off + len].copy_from_slice(&buf[..len]);
-                    } else {
-                        read(&region, p * ps + off, &mut buf[..len]);
-                        assert!(
-                            buf[..len] == page[off..off + len],
-                            "thread {t} op {i}: page {p} offset {off} differs"
-                        );
-                    }
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    inj.fail_writes(libc::EIO, 1);
+                    std::thread::sleep(Duration::from_millis(2));
                 }
             })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(c) = controller {
-        c.join().unwrap();
-    }
-    let injecting = failer.is_some();
-    if let Some(f) = failer {
-        f.join().unwrap();
-    }
-    let mut buf = vec![0u8; ps];
-    for (p, page) in shadow.iter().enumerate() {
-        let page = page.lock().unwrap();
-        read(&region, p * ps, &mut buf[..page.len()]);
-        assert!(
-            buf[..page.len()] == page[..],
-            "final check: page {p} differs"
+        });
+        // With churn: a controller changes the budget and the policy while the threads run.
+        let controller = churn.then(|| {
+            let done = done.clone();
+            let region = region.clone();
+            std::thread::spawn(move || {
+                let policies: Vec<PolicySpec> = PolicySpec::all()
+                    .into_iter()
+                    .filter(|p| !p.is_offline())
+                    .collect();
+                let mut rng = Rng::new(99);
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    region.set_budget((1 + rng.below(4)) * chunk).unwrap();
+                    region
+                        .set_policy(policies[rng.below(policies.len())].clone())
+                        .unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                region.set_budget(budget_chunks * chunk).unwrap();
+            })
+        });
+        let shadow: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
+            (0..pages)
+                .map(|p| Mutex::new(vec![0u8; ps.min(size - p * ps)]))
+                .collect(),
         );
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let region = region.clone();
+                let shadow = shadow.clone();
+                let policy = policy.to_string();
+                std::thread::spawn(move || {
+                    let mut rng = Rng::new(t + 1);
+                    let mut buf = vec![0u8; ps];
+                    for i in 0..ops_per_thread() {
+                        // Mostly a hot set of 3 chunks, sometimes anywhere.
+                        let p = if rng.below(4) == 0 {
+                            rng.below(pages)
+                        } else {
+                            rng.below(3 * chunk_pages).min(pages - 1)
+                        };
+                        if churn && rng.below(16) == 0 {
+                            // Discard a page, or (rarely) the whole chunk holding it.
+                            let (first, n) = if rng.below(4) == 0 {
+                                let c = p / chunk_pages;
+                                (c * chunk_pages, chunk_pages.min(pages - c * chunk_pages))
+                            } else {
+                                (p, 1)
+                            };
+                            // Lock in ascending order; the other threads hold one page at a time.
+                            let mut held: Vec<_> = (first..first + n)
+                                .map(|q| shadow[q].lock().unwrap())
+                                .collect();
+                            region.discard(first * ps, n * ps).unwrap();
+                            for page in held.iter_mut() {
+                                page.fill(0);
+                            }
+                            continue;
+                        }
+                        let mut page = shadow[p].lock().unwrap();
+                        let plen = page.len();
+                        let off = rng.below(plen);
+                        let len = (1 + rng.below(512)).min(plen - off);
+                        if rng.below(2) == 0 {
+                            pattern(rng.next(), &mut buf[..len]);
+                            write(&region, p * ps + off, &buf[..len]);
+                            page[off..off + len].copy_from_slice(&buf[..len]);
+                        } else {
+                            read(&region, p * ps + off, &mut buf[..len]);
+                            assert!(
+                                buf[..len] == page[off..off + len],
+                                "thread {t} op {i}: page {p} offset {off} differs ({policy} \
+                                 {mode:?} {page_out}): {:?} vs {:?}",
+                                &buf[..len.min(8)],
+                                &page[off..off + len.min(8)]
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = controller {
+            c.join().unwrap();
+        }
+        let injecting = failer.is_some();
+        if let Some(f) = failer {
+            f.join().unwrap();
+        }
+        let mut buf = vec![0u8; ps];
+        for (p, page) in shadow.iter().enumerate() {
+            let page = page.lock().unwrap();
+            read(&region, p * ps, &mut buf[..page.len()]);
+            assert!(
+                buf[..page.len()] == page[..],
+                "final check: page {p} differs"
+            );
+        }
+        let s = region.stats();
+        assert!(
+            s.resident_chunks <= budget_chunks as u64 + s.overrun_chunks,
+            "{policy} {mode:?}: {s:?}"
+        );
+        assert!(
+            s.page_ins > 10,
+            "{policy} {mode:?}: constant eviction expected: {s:?}"
+        );
+        assert_eq!(s.read_errors + s.poisoned_chunks, 0, "{s:?}");
+        assert_eq!(s.dirty_tracking_misses, 0, "{policy} {mode:?}: {s:?}");
+        let errors = region.take_errors();
+        if injecting {
+            assert_eq!(errors.len() as u64, s.write_errors.min(256), "{s:?}");
+            assert!(errors
+                .iter()
+                .all(|e| matches!(e, PagerError::SwapWrite { .. })));
+        } else {
+            assert_eq!(s.write_errors, 0, "{s:?}");
+            assert!(errors.is_empty());
+        }
+        s
     }
-    let s = region.stats();
-    assert!(
-        s.resident_chunks <= budget_chunks as u64 + s.overrun_chunks,
-        "{policy} {mode:?}: {s:?}"
-    );
-    assert!(
-        s.page_ins > 10,
-        "{policy} {mode:?}: constant eviction expected: {s:?}"
-    );
-    assert_eq!(s.read_errors + s.poisoned_chunks, 0, "{s:?}");
-    assert_eq!(s.dirty_tracking_misses, 0, "{policy} {mode:?}: {s:?}");
-    let errors = region.take_errors();
-    if injecting {
-        assert_eq!(errors.len() as u64, s.write_errors.min(256), "{s:?}");
-        assert!(errors
-            .iter()
-            .all(|e| matches!(e, PagerError::SwapWrite { .. })));
-    } else {
-        assert_eq!(s.write_errors, 0, "{s:?}");
-        assert!(errors.is_empty());
-    }
-    s
 }
 
 #[test]
@@ -283,6 +339,29 @@ fn randomized_multithreaded_every_policy_and_mode() {
     }
 }
 
+/// A budget of 8 chunks leaves asynchronous page-out a headroom of 2: victims are written
+/// ahead of demand, faults arrive on chunks being written, and rescued chunks go back to the
+/// policy; every policy, both asynchronous engines and synchronous page-out.
+#[test]
+fn randomized_every_policy_with_page_out_headroom() {
+    if !supported() {
+        return;
+    }
+    for (i, policy) in PolicySpec::all()
+        .into_iter()
+        .filter(|p| !p.is_offline())
+        .enumerate()
+    {
+        let page_out = PAGE_OUTS[i % PAGE_OUTS.len()];
+        let mode = MODES[i / PAGE_OUTS.len() % MODES.len()];
+        let sample = Some(Duration::from_millis(2));
+        Stress::new(policy, mode, 4, 8)
+            .sample(sample)
+            .page_out(page_out)
+            .run();
+    }
+}
+
 #[test]
 fn randomized_with_discards_and_runtime_budget_and_policy_changes() {
     if !supported() {
@@ -290,16 +369,14 @@ fn randomized_with_discards_and_runtime_budget_and_policy_changes() {
     }
     for mode in MODES {
         for sample in [None, Some(Duration::from_millis(1))] {
-            let s = stress_with(
-                "chunk-queues".parse().unwrap(),
-                mode,
-                4,
-                2,
-                sample,
-                None,
-                true,
-            );
-            assert!(s.discarded_chunks > 0, "{mode:?}: {s:?}");
+            for page_out in PAGE_OUTS {
+                let s = Stress::new("chunk-queues".parse().unwrap(), mode, 4, 2)
+                    .sample(sample)
+                    .churn()
+                    .page_out(page_out)
+                    .run();
+                assert!(s.discarded_chunks > 0, "{mode:?} {page_out}: {s:?}");
+            }
         }
     }
 }
@@ -444,17 +521,17 @@ fn randomized_multithreaded_with_failing_writes() {
     if !supported() {
         return;
     }
-    for policy in ["chunk-queues", "lru"] {
+    for (policy, page_out) in [
+        ("chunk-queues", PageOut::Sync),
+        ("lru", PageOut::Threads(2)),
+        ("chunk-queues", PageOut::IoUring(4)),
+    ] {
         for mode in MODES {
-            let s = stress_with(
-                policy.parse().unwrap(),
-                mode,
-                4,
-                2,
-                Some(Duration::from_millis(3)),
-                Some(Arc::new(FaultInjector::new())),
-                false,
-            );
+            let s = Stress::new(policy.parse().unwrap(), mode, 4, 2)
+                .sample(Some(Duration::from_millis(3)))
+                .failing_writes()
+                .page_out(page_out)
+                .run();
             assert!(s.write_errors > 0, "{policy} {mode:?}: {s:?}");
         }
     }

@@ -62,18 +62,23 @@ impl FaultHandler {
         for v in leaving {
             self.evict_or_overrun(v);
         }
+        // The excess is out of memory when the caller hears back.
+        while self.writing > 0 {
+            self.reap_writes(true);
+        }
         Ok(())
     }
 
     /// Makes `[offset, offset + len)` read as zeros, like `MADV_DONTNEED` on private anonymous
     /// memory. Whole chunks leave memory and swap (a poisoned chunk becomes a fresh zero chunk);
-    /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out, in
-    /// its swap copy (read, zeroed, written back).
+    /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out,
+    /// during a page-in, between the read and the mapping.
     fn discard(&mut self, offset: usize, len: usize) {
         let end = (offset + len).min(self.len);
         let mut at = offset;
         while at < end {
             let c = at / self.chunk_size;
+            self.wait_for_write(c);
             let (start, clen) = self.chunk_range(c);
             let to = end.min(start + clen);
             if at == start && to == start + clen {
@@ -117,6 +122,7 @@ impl FaultHandler {
                     sub(&self.stats().swapped_chunks, 1);
                 }
             }
+            ChunkState::Writing => return,
             ChunkState::Poisoned => {
                 // Poison markers live in the page tables: punching the range drops them.
                 if let Err(e) = self.memfd.punch_hole(start, len) {
@@ -135,19 +141,15 @@ impl FaultHandler {
 
     /// Zeroes `[at, at + len)` of chunk `c` (offsets within the chunk).
     fn discard_part(&mut self, c: usize, at: usize, len: usize) {
-        let (start, _) = self.chunk_range(c);
+        let start = c * self.chunk_size;
         match self.states[c] {
             ChunkState::In => self.zero_in_memory(c, start + at, len),
-            ChunkState::Out if self.swap.is_stored(c) => {
-                // Bring it in (the ordinary, failure-safe page-in: a bad read poisons it), then
-                // zero the part in memory.
-                self.page_in(c);
-                if self.states[c] == ChunkState::In {
-                    self.zero_in_memory(c, start + at, len);
-                }
-            }
+            // Zeroed between the read and the mapping: the page-in may evict the chunk again
+            // at once (headroom), so zeroing it afterwards could miss.
+            ChunkState::Out if self.swap.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
             // Never stored: already zero. Poisoned: the rest of the chunk is lost anyway.
-            ChunkState::Out | ChunkState::Poisoned => {}
+            // (Writing: waited for by the caller.)
+            ChunkState::Out | ChunkState::Poisoned | ChunkState::Writing => {}
         }
     }
 

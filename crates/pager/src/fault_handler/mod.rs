@@ -25,6 +25,7 @@ use memvisor_policy::{EvictionPolicy, PolicySpec};
 use crate::crc32c::crc32c;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
+use crate::page_out_engine::{PageOutEngine, WriteDone};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
@@ -34,6 +35,7 @@ use crate::region_stats::{add, sub, StatsCounters};
 use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
+mod async_page_out;
 mod commands;
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
@@ -78,6 +80,9 @@ enum ChunkState {
     In,
     /// Page-in failed; poisoned.
     Poisoned,
+    /// In memory, its page-table entries dropped, being written to swap asynchronously; punched
+    /// out of memory once the write completes (or kept, if a fault asked for it meanwhile).
+    Writing,
 }
 
 /// The fault-serving state of one region; [`run`](Self::run) is the thread body.
@@ -109,6 +114,17 @@ pub(crate) struct FaultHandler {
     states: Vec<ChunkState>,
     /// Resident chunks the policy no longer tracks because their page-out failed.
     overrun: Vec<usize>,
+    /// Asynchronous writer of victims; `None` for synchronous page-out.
+    pub engine: Option<PageOutEngine>,
+    /// Chunks kept free ahead of demand with asynchronous page-out.
+    pub headroom: usize,
+    /// Chunks in [`ChunkState::Writing`].
+    writing: usize,
+    /// Per chunk: a fault arrived while it was being written; keep it in memory when the write
+    /// completes.
+    rescue: Vec<bool>,
+    /// Reused buffer of finished writes.
+    done_buf: Vec<WriteDone>,
     page: usize,
     uffd_error_logged: bool,
 }
@@ -148,6 +164,11 @@ impl FaultHandler {
             dirty: vec![false; chunks],
             states: vec![ChunkState::Out; chunks],
             overrun: Vec::new(),
+            engine: None,
+            headroom: 0,
+            writing: 0,
+            rescue: vec![false; chunks],
+            done_buf: Vec::new(),
             page: page_size(),
             uffd_error_logged: false,
         }
@@ -188,6 +209,12 @@ impl FaultHandler {
                     events: libc::POLLIN,
                     revents: 0,
                 },
+                libc::pollfd {
+                    // poll ignores negative descriptors.
+                    fd: self.engine.as_ref().map_or(-1, |e| e.completion_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
@@ -199,10 +226,18 @@ impl FaultHandler {
                 continue;
             }
             if fds[1].revents != 0 {
+                // Every write in flight reads the alias mapping: finish them before leaving.
+                while self.writing > 0 {
+                    self.reap_writes(true);
+                }
                 return;
+            }
+            if fds[3].revents != 0 {
+                self.reap_writes(false);
             }
             if fds[2].revents != 0 {
                 self.run_commands();
+                self.check_invariants("command");
             }
             if fds[0].revents == 0 {
                 continue;
@@ -225,6 +260,7 @@ impl FaultHandler {
                     self.on_fault(ev);
                 }
             }
+            self.check_invariants("faults");
         }
     }
 
@@ -256,6 +292,33 @@ impl FaultHandler {
         add(&self.stats().samples, 1);
         add(&self.stats().sample_nanos, nanos(t));
     }
+
+    /// Debug builds: every resident chunk is tracked exactly once (by the policy or as
+    /// overrun), and nothing else is.
+    #[cfg(debug_assertions)]
+    fn check_invariants(&self, at: &str) {
+        for (c, st) in self.states.iter().enumerate() {
+            let in_policy = self.policy.contains(c as u64);
+            let over = self.overrun.iter().filter(|&&o| o == c).count();
+            let ok = match st {
+                ChunkState::In => usize::from(in_policy) + over == 1,
+                _ => !in_policy && over == 0,
+            };
+            debug_assert!(
+                ok,
+                "{at}: chunk {c} {st:?} in policy {in_policy} overrun {over}"
+            );
+        }
+        let writing = self
+            .states
+            .iter()
+            .filter(|s| **s == ChunkState::Writing)
+            .count();
+        debug_assert_eq!(writing, self.writing, "{at}: writing count");
+    }
+
+    #[cfg(not(debug_assertions))]
+    fn check_invariants(&self, _at: &str) {}
 
     fn uffd_raw(&self) -> i32 {
         use std::os::fd::AsFd;
@@ -331,6 +394,12 @@ impl FaultHandler {
                 let (start, len) = self.chunk_range(c);
                 self.poison(start, len);
             }
+            ChunkState::Writing => {
+                // Served when the write completes: the chunk stays in memory then.
+                add(&self.stats().resident_faults, 1);
+                add(&self.stats().faults_during_write, 1);
+                self.rescue[c] = true;
+            }
             ChunkState::Out => {
                 let t = Instant::now();
                 self.page_in(c);
@@ -342,9 +411,13 @@ impl FaultHandler {
     /// Frees room for one more chunk: retries one overrun chunk, then evicts a policy victim if
     /// the policy is full.
     fn make_room(&mut self) {
-        if let Some(&o) = self.overrun.last() {
-            if self.page_out(o).is_ok() {
-                self.overrun.pop();
+        self.reap_writes(false);
+        // Take the chunk off the list first: page_out may complete other writes, which can put
+        // chunks on the list.
+        if let Some(o) = self.overrun.pop() {
+            if self.page_out(o).is_err() {
+                self.overrun.push(o);
+            } else {
                 sub(&self.stats().overrun_chunks, 1);
             }
         }
@@ -352,6 +425,17 @@ impl FaultHandler {
             if let Some(v) = self.policy.evict() {
                 self.evict_or_overrun(v as usize);
             }
+        }
+        // Chunks being written still occupy memory: stay within the budget.
+        let mut waited = false;
+        while self.writing > 0
+            && self.policy.len() + self.overrun.len() + self.writing >= self.policy.capacity()
+        {
+            waited = true;
+            self.reap_writes(true);
+        }
+        if waited {
+            add(&self.stats().page_in_write_waits, 1);
         }
     }
 
@@ -375,6 +459,7 @@ impl FaultHandler {
     /// Writes resident chunk `v` to swap and drops it from memory. On failure `v` stays
     /// resident (its data intact in the memfd) and the error is recorded.
     fn page_out(&mut self, v: usize) -> Result<(), ()> {
+        self.wait_for_write_slot();
         let (start, len) = self.chunk_range(v);
         if let Err(e) = self.registered_dontneed(start, len) {
             self.memory_error("MADV_DONTNEED", start, len, e);
@@ -390,6 +475,9 @@ impl FaultHandler {
         let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
         if !self.dirty[v] && self.is_clean(v, data) {
             return self.drop_chunk(v, start, len);
+        }
+        if self.engine.is_some() {
+            return self.start_write(v, start, len);
         }
         let t = Instant::now();
         let written = self.swap.write_chunk(v, data);
@@ -481,14 +569,21 @@ impl FaultHandler {
     }
 
     fn page_in(&mut self, c: usize) {
+        self.page_in_zeroing(c, None);
+    }
+
+    /// Brings chunk `c` in; with `zero = Some((at, len))`, that part of the chunk (offsets in
+    /// the chunk) is zeroed between the read and the mapping, so no thread ever sees the old
+    /// bytes (a partial discard of a chunk that is out).
+    fn page_in_zeroing(&mut self, c: usize, zero: Option<(usize, usize)>) {
         let t = Instant::now();
         self.make_room();
         add(&self.stats().evict_nanos, nanos(t));
         let (start, len) = self.chunk_range(c);
         let stored = self.swap.is_stored(c);
         let result = match self.resolve {
-            ResolveMode::AliasContinue => self.page_in_alias(c, start, len, stored),
-            ResolveMode::Copy => self.page_in_copy(c, start, len, stored),
+            ResolveMode::AliasContinue => self.page_in_alias(c, start, len, stored, zero),
+            ResolveMode::Copy => self.page_in_copy(c, start, len, stored, zero),
         };
         match result {
             Ok(()) => {
@@ -500,7 +595,13 @@ impl FaultHandler {
                     add(&self.stats().zero_fills, 1);
                 }
                 self.states[c] = ChunkState::In;
-                self.dirty[c] = false;
+                // Zeroed on the way in: the memory no longer matches the swap copy.
+                self.dirty[c] = zero.is_some();
+                if zero.is_some() && stored {
+                    if let Err(e) = self.swap.punch(c) {
+                        self.memory_error("punch stale swap copy", start, len, e);
+                    }
+                }
                 add(&self.stats().resident_chunks, 1);
                 // Counters first, then the wake: a woken thread sees consistent statistics.
                 let _ = self.uffd.wake(self.base + start, len);
@@ -517,6 +618,7 @@ impl FaultHandler {
                         self.evict_or_overrun(d);
                     }
                 }
+                self.keep_headroom();
             }
             Err(PageInError::Read(e)) => self.fail_chunk(c, start, len, e),
             Err(PageInError::Map(e)) => {
@@ -539,6 +641,7 @@ impl FaultHandler {
         start: usize,
         len: usize,
         stored: bool,
+        zero: Option<(usize, usize)>,
     ) -> Result<(), PageInError> {
         if stored {
             // Allocate and map the chunk's pages in one call, so the read below does not fault
@@ -555,6 +658,9 @@ impl FaultHandler {
             let r = self.swap.read_chunk(c, buf);
             add(&self.stats().swap_read_nanos, nanos(t));
             r.map_err(PageInError::Read)?;
+            if let Some((at, n)) = zero {
+                buf[at..at + n].fill(0);
+            }
         } else {
             self.memfd.allocate(start, len).map_err(PageInError::Map)?;
         }
@@ -568,6 +674,7 @@ impl FaultHandler {
         start: usize,
         len: usize,
         stored: bool,
+        zero: Option<(usize, usize)>,
     ) -> Result<(), PageInError> {
         if !stored {
             return self
@@ -582,6 +689,9 @@ impl FaultHandler {
         let t = Instant::now();
         let read = self.swap.read_chunk(c, buf);
         add(&self.stats().swap_read_nanos, nanos(t));
+        if let (Ok(_), Some((at, n))) = (&read, zero) {
+            buf[at..at + n].fill(0);
+        }
         let r = match read {
             Ok(_) => self
                 .fill_wake(start, len, Fill::Copy(buf), false)

@@ -1,0 +1,237 @@
+//! The driver role: for each workload, run the variants alternately (kernel, memvisor, kernel,
+//! memvisor, ...) `reps` times, each in its own process and memory cgroup, with the kernel
+//! baseline's swap file active for the whole run; collect every report.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench_error::BenchError;
+use crate::interrupt;
+use crate::kernel_swap::KernelSwapFile;
+use crate::memory_cgroup::{group_name, CgroupUsage, MemoryCgroup};
+use crate::page_pattern::PAGE;
+use crate::variant::Variant;
+use crate::workload_report::WorkloadReport;
+use crate::workload_spec::WorkloadSpec;
+
+/// What the driver runs.
+#[derive(Debug, Clone)]
+pub struct DriverArgs {
+    /// Data set bytes.
+    pub size: usize,
+    /// Resident budget: the region's budget and the kernel variant's cgroup limit (plus
+    /// `kernel_slack`).
+    pub budget: usize,
+    /// Bytes added to the kernel variant's cgroup limit for the process's own memory (binary,
+    /// stack, heap, the random workloads' per-page counters), which the region's budget does not
+    /// cover either.
+    pub kernel_slack: usize,
+    /// Where the region's swap file and the kernel's swap file go.
+    pub swap_dir: PathBuf,
+    /// Workloads, run one after the other.
+    pub workloads: Vec<WorkloadSpec>,
+    /// Variants, alternated within each repetition.
+    pub variants: Vec<Variant>,
+    /// Repetitions of each (workload, variant).
+    pub reps: u32,
+    /// Output directory (results.jsonl, results.csv, summary.md, logs/).
+    pub out_dir: PathBuf,
+    /// Run even if some other swap area is active.
+    pub allow_other_swap: bool,
+    /// The executable that runs the workload role (this program).
+    pub exe: PathBuf,
+}
+
+/// One workload process's result, as the driver records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Repetition (0-based).
+    pub rep: u32,
+    /// Variant spelling.
+    pub variant: String,
+    /// Whether it is the kernel baseline.
+    pub kernel: bool,
+    /// Workload spelling.
+    pub workload: String,
+    /// Wall-clock seconds of the whole process, start to exit.
+    pub wall_secs: f64,
+    /// The process's memory cgroup.
+    pub cgroup: CgroupUsage,
+    /// What the process reported.
+    pub report: WorkloadReport,
+}
+
+/// Runs everything; records are also appended to `out_dir/results.jsonl` as they complete.
+pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
+    interrupt::install();
+    let pages = (args.size / PAGE) as u64;
+    for w in &args.workloads {
+        w.validate(pages)?;
+    }
+    MemoryCgroup::check_available()?;
+    let logs = args.out_dir.join("logs");
+    fs::create_dir_all(&logs).map_err(|e| BenchError::io("create directory", &logs, e))?;
+    let jsonl = args.out_dir.join("results.jsonl");
+    let mut out = File::create(&jsonl).map_err(|e| BenchError::io("create", &jsonl, e))?;
+    // The kernel's swap: twice the data set (plus slack), so it stays under half full and the
+    // kernel keeps the swap copies of pages it reads back (it drops them above half full, which
+    // would force rewrites of clean pages; memvisor's swap file is sparse and never "full").
+    let _swap = if args.variants.iter().any(Variant::is_kernel) {
+        let bytes = (2 * args.size as u64 + (64 << 20)).next_multiple_of(1 << 20);
+        let s = KernelSwapFile::create(&args.swap_dir, bytes, args.allow_other_swap)?;
+        eprintln!(
+            "swap file {} active ({} MiB)",
+            s.path().display(),
+            bytes >> 20
+        );
+        Some(s)
+    } else {
+        None
+    };
+    let total = args.workloads.len() * args.reps as usize * args.variants.len();
+    let mut records = Vec::with_capacity(total);
+    let mut seq = 0u64;
+    for workload in &args.workloads {
+        for rep in 0..args.reps {
+            for variant in &args.variants {
+                if interrupt::requested() {
+                    return Err(BenchError::Interrupted);
+                }
+                seq += 1;
+                let rec = run_one(args, workload, variant, rep, seq, &logs)?;
+                eprintln!(
+                    "[{seq}/{total}] {workload} / {variant} rep {rep}: run {:.2} s ({:.1} us/access), fill {:.2} s, majflt {}, pswpin {}, pswpout {}, cgroup peak {} MiB",
+                    rec.report.run.secs,
+                    rec.report.run.us_per_access(),
+                    rec.report.fill.secs,
+                    rec.report.run.counters.majflt,
+                    rec.report.run.counters.pswpin,
+                    rec.report.run.counters.pswpout,
+                    rec.cgroup.peak_bytes >> 20,
+                );
+                let line = serde_json::to_string(&rec).unwrap_or_default();
+                writeln!(out, "{line}").map_err(|e| BenchError::io("write", &jsonl, e))?;
+                records.push(rec);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Runs one workload process in its own memory cgroup and returns its record.
+fn run_one(
+    args: &DriverArgs,
+    workload: &WorkloadSpec,
+    variant: &Variant,
+    rep: u32,
+    seq: u64,
+    logs: &Path,
+) -> Result<RunRecord, BenchError> {
+    let limit = variant
+        .is_kernel()
+        .then(|| (args.budget + args.kernel_slack) as u64);
+    let group = MemoryCgroup::create(&group_name(seq), limit)?;
+    let stem = logs.join(format!(
+        "{seq:03}-{}",
+        variant.to_string().split(':').next().unwrap_or("variant")
+    ));
+    let out_path = stem.with_extension("out");
+    let err_path = stem.with_extension("err");
+    let open = |p: &Path| {
+        OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(p)
+            .map_err(|e| BenchError::io("create", p, e))
+    };
+    let started = Instant::now();
+    // The shell joins the group, then becomes the workload (same pid): only the child is ever
+    // limited, never the driver.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0" && exec "$@""#)
+        .arg(group.procs_path())
+        .arg(&args.exe)
+        .arg("workload")
+        .arg("--variant")
+        .arg(variant.to_string())
+        .arg("--size")
+        .arg(args.size.to_string())
+        .arg("--budget")
+        .arg(args.budget.to_string())
+        .arg("--swap-dir")
+        .arg(&args.swap_dir)
+        .arg("--workload")
+        .arg(workload.to_string())
+        .stdin(Stdio::null())
+        .stdout(open(&out_path)?)
+        .stderr(open(&err_path)?)
+        .spawn()
+        .map_err(|e| BenchError::Command {
+            command: format!("{} workload", args.exe.display()),
+            detail: e.to_string(),
+        })?;
+    let pid = child.id();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => return Err(BenchError::io("wait for workload", format!("pid {pid}"), e)),
+        }
+        if interrupt::requested() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(BenchError::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let wall_secs = started.elapsed().as_secs_f64();
+    // Ctrl-C reaches the child too (same process group): it died of it, not of a failure.
+    if interrupt::requested() {
+        return Err(BenchError::Interrupted);
+    }
+    let cgroup = group.usage();
+    drop(group);
+    let fail = |detail: String| BenchError::Child {
+        pid,
+        variant: variant.to_string(),
+        workload: workload.to_string(),
+        detail,
+    };
+    let stderr_tail = || {
+        let s = fs::read_to_string(&err_path).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
+        format!("{tail} (log {})", err_path.display())
+    };
+    if !status.success() {
+        let oom = if cgroup.failcnt > 0 && variant.is_kernel() {
+            " (the cgroup hit its limit: OOM kill? raise --kernel-slack)"
+        } else {
+            ""
+        };
+        return Err(fail(format!("{status}{oom}: {}", stderr_tail())));
+    }
+    let stdout = fs::read_to_string(&out_path).map_err(|e| BenchError::io("read", &out_path, e))?;
+    let line = stdout.lines().last().unwrap_or("");
+    let report: WorkloadReport = serde_json::from_str(line)
+        .map_err(|e| fail(format!("no report on stdout ({e}): {}", stderr_tail())))?;
+    if !report.verified {
+        return Err(fail("data not verified".into()));
+    }
+    Ok(RunRecord {
+        rep,
+        variant: variant.to_string(),
+        kernel: variant.is_kernel(),
+        workload: workload.to_string(),
+        wall_secs,
+        cgroup,
+        report,
+    })
+}

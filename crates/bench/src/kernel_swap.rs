@@ -1,0 +1,158 @@
+//! [`KernelSwapFile`]: a swap file activated for the kernel baseline (`fallocate`, `chmod 600`,
+//! `mkswap`, `swapon`), deactivated and removed on drop; and the checks around it (no other
+//! swap active, leftovers of killed runs cleaned up).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::bench_error::BenchError;
+
+/// Name prefix of everything this benchmark creates (swap files, cgroups): `PREFIX-PID...`.
+pub const PREFIX: &str = "memvisor-kbench";
+
+/// An active swap file, removed on drop.
+#[derive(Debug)]
+pub struct KernelSwapFile {
+    path: PathBuf,
+    active: bool,
+}
+
+impl KernelSwapFile {
+    /// Creates and activates a swap file of `bytes` in `dir`. Fails if another swap area is
+    /// active (unless `allow_other_swap`), after removing leftovers of dead runs.
+    pub fn create(dir: &Path, bytes: u64, allow_other_swap: bool) -> Result<Self, BenchError> {
+        remove_stale_swaps();
+        let others = active_swaps()?;
+        if !others.is_empty() && !allow_other_swap {
+            return Err(BenchError::Unsupported(format!(
+                "other swap already active ({}): the baseline must swap only to its own file \
+                 (swapoff it, or pass --allow-other-swap)",
+                others.join(", ")
+            )));
+        }
+        let path = dir.join(format!("{PREFIX}-{}.swap", std::process::id()));
+        let mut swap = Self {
+            path,
+            active: false,
+        };
+        let p = swap.path.display().to_string();
+        run("fallocate", &["-l", &bytes.to_string(), &p])?;
+        fs::set_permissions(&swap.path, fs::Permissions::from_mode(0o600))
+            .map_err(|e| BenchError::io("chmod 600", &swap.path, e))?;
+        run("mkswap", &[&p])?;
+        run("swapon", &[&p])?;
+        swap.active = true;
+        Ok(swap)
+    }
+
+    /// The swap file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for KernelSwapFile {
+    fn drop(&mut self) {
+        let p = self.path.display().to_string();
+        if self.active {
+            if let Err(e) = run("swapoff", &[&p]) {
+                eprintln!("warning: {e}");
+            }
+        }
+        if let Err(e) = fs::remove_file(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("warning: remove {p}: {e}");
+            }
+        }
+    }
+}
+
+/// Active swap areas (`/proc/swaps`, header skipped).
+pub fn active_swaps() -> Result<Vec<String>, BenchError> {
+    let text =
+        fs::read_to_string("/proc/swaps").map_err(|e| BenchError::io("read", "/proc/swaps", e))?;
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(unescape))
+        .collect())
+}
+
+/// `/proc/swaps` escapes blanks in names as `\040`.
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ")
+}
+
+/// The pid in a `PREFIX-PID...` name, if it has that form.
+pub fn owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?.strip_prefix('-')?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether process `pid` exists.
+pub fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Swapoff and remove swap files of this benchmark whose process is gone.
+fn remove_stale_swaps() {
+    for s in active_swaps().unwrap_or_default() {
+        let name = Path::new(&s)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(pid) = owner_pid(&name) {
+            if !pid_alive(pid) {
+                eprintln!("removing swap file {s} left by a dead run (pid {pid})");
+                drop(KernelSwapFile {
+                    path: s.into(),
+                    active: true,
+                });
+            }
+        }
+    }
+}
+
+/// Runs a command to completion; non-zero exit is an error carrying its stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<(), BenchError> {
+    let line = format!("{program} {}", args.join(" "));
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| BenchError::Command {
+            command: line.clone(),
+            detail: e.to_string(),
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(BenchError::Command {
+            command: line,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_pids() {
+        assert_eq!(owner_pid("memvisor-kbench-123.swap"), Some(123));
+        assert_eq!(owner_pid("memvisor-kbench-77-3"), Some(77));
+        assert_eq!(owner_pid("memvisor-kbenchx-1"), None);
+        assert_eq!(owner_pid("other-1"), None);
+        assert!(pid_alive(std::process::id()));
+        assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+}

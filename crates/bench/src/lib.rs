@@ -1,0 +1,46 @@
+//! Benchmarks that run real processes.
+//!
+//! `pager-vs-kernel` (issue 3 item 10) runs the same workload program (a) as a plain process in
+//! a cgroup v1 memory group limited to the budget, with a swap file on the same disk, and (b)
+//! with its memory in a memvisor [`Region`](memvisor_pager::Region) with the same budget; both
+//! from the same run, alternating, with time, faults and I/O measured in the workload process
+//! itself. Roles:
+//!
+//! * the **workload** ([`run_workload`]): allocates the data set ([`WorkloadMemory`]), fills it
+//!   ([`DataSet`]: every 8-byte word describes its page, word and modification count, so every
+//!   read is verified), runs a [`WorkloadSpec`] and prints a [`WorkloadReport`] JSON line;
+//! * the **driver** ([`drive`]): sets up the kernel's swap ([`KernelSwapFile`]) and one
+//!   [`MemoryCgroup`] per run, starts the workloads alternately, tears everything down (also on
+//!   SIGINT / SIGTERM, see [`interrupt`]), and writes [`summary_markdown`] and [`csv`].
+//!
+//! See the crate README for the command and what is measured.
+
+pub mod bench_error;
+pub mod byte_size;
+pub mod counters;
+pub mod driver;
+pub mod interrupt;
+pub mod kernel_swap;
+pub mod memory_cgroup;
+pub mod page_pattern;
+pub mod preflight;
+pub mod region_counters;
+pub mod summary;
+pub mod variant;
+pub mod workload_memory;
+pub mod workload_report;
+pub mod workload_run;
+pub mod workload_spec;
+
+pub use bench_error::BenchError;
+pub use driver::{drive, DriverArgs, RunRecord};
+pub use kernel_swap::KernelSwapFile;
+pub use memory_cgroup::MemoryCgroup;
+pub use page_pattern::DataSet;
+pub use preflight::preflight;
+pub use summary::{csv, summary_markdown};
+pub use variant::{RegionOptions, Variant};
+pub use workload_memory::WorkloadMemory;
+pub use workload_report::WorkloadReport;
+pub use workload_run::{run_workload, WorkloadArgs};
+pub use workload_spec::WorkloadSpec;

@@ -1,0 +1,271 @@
+//! [`Variant`]: what holds the workload's memory — the kernel (plain anonymous memory in a
+//! memory cgroup limited to the budget, swapping to a swap file) or a memvisor region — and,
+//! for memvisor, the region options passed through to [`RegionConfig`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use memvisor_pager::{PageOut, RegionConfig, ResolveMode};
+use memvisor_policy::PolicySpec;
+
+use crate::bench_error::BenchError;
+use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
+
+/// Options of a memvisor variant, spelled `memvisor[:KEY=VALUE...]`. Unset keys keep the
+/// [`RegionConfig`] defaults. Keys: `chunk` (size, e.g. `64K`), `policy` (a policy spec),
+/// `sample` (access sampling interval: `1s`, `100ms`, `off`), `resolve` (`copy` |
+/// `alias-continue`), `dirty` (`on` | `off`: dirty tracking), `pageout` (`sync` | `threads` |
+/// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
+/// asynchronous page-out). New pager settings are added here
+/// (one key each) and reach the workload child unchanged through the variant's spelling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegionOptions {
+    /// Chunk size in bytes.
+    pub chunk_size: Option<usize>,
+    /// Eviction policy.
+    pub policy: Option<PolicySpec>,
+    /// Access sampling interval (`Some(None)`: sampling off).
+    pub sample_interval: Option<Option<Duration>>,
+    /// Fault resolution mode.
+    pub resolve: Option<ResolveMode>,
+    /// Dirty tracking on or off.
+    pub dirty_tracking: Option<bool>,
+    /// Page-out engine: `sync`, `threads` or `io-uring`.
+    pub page_out: Option<String>,
+    /// Writer threads or io_uring depth.
+    pub depth: Option<usize>,
+    /// Asynchronous page-out headroom in chunks.
+    pub headroom: Option<usize>,
+}
+
+impl RegionOptions {
+    /// Applies the options that are set to `config`.
+    pub fn apply(&self, mut config: RegionConfig) -> RegionConfig {
+        if let Some(c) = self.chunk_size {
+            config = config.chunk_size(c);
+        }
+        if let Some(p) = &self.policy {
+            config = config.policy(p.clone());
+        }
+        if let Some(s) = self.sample_interval {
+            config = config.sample_interval(s);
+        }
+        if let Some(r) = self.resolve {
+            config = config.resolve(r);
+        }
+        if let Some(d) = self.dirty_tracking {
+            config = config.dirty_tracking(d);
+        }
+        if self.page_out.is_some() || self.depth.is_some() {
+            let engine = self.page_out.as_deref().unwrap_or("threads");
+            let spelled = match (engine, self.depth) {
+                ("sync", _) => "sync".to_string(),
+                (e, Some(n)) => format!("{e}:{n}"),
+                (e, None) => e.to_string(),
+            };
+            // Validated when the key was set.
+            if let Ok(p) = spelled.parse::<PageOut>() {
+                config = config.page_out(p);
+            }
+        }
+        if let Some(h) = self.headroom {
+            config = config.headroom(h);
+        }
+        config
+    }
+
+    fn set(&mut self, spec: &str, key: &str, value: &str) -> Result<(), BenchError> {
+        let bad = |reason: String| BenchError::bad("variant", spec, reason);
+        match key {
+            "chunk" => self.chunk_size = Some(parse_bytes("variant chunk", value)?),
+            "policy" => {
+                let p: PolicySpec = value.parse().map_err(|e| bad(format!("policy: {e}")))?;
+                self.policy = Some(p);
+            }
+            "sample" => self.sample_interval = Some(parse_interval("variant sample", value)?),
+            "resolve" => {
+                self.resolve = Some(match value {
+                    "copy" => ResolveMode::Copy,
+                    "alias-continue" => ResolveMode::AliasContinue,
+                    _ => return Err(bad("resolve must be copy or alias-continue".into())),
+                })
+            }
+            "dirty" => {
+                self.dirty_tracking = Some(match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad("dirty must be on or off".into())),
+                })
+            }
+            "pageout" => {
+                value
+                    .parse::<PageOut>()
+                    .map_err(|e| bad(format!("pageout: {e}")))?;
+                self.page_out = Some(value.to_string());
+            }
+            "depth" | "headroom" => {
+                let n: usize = value
+                    .parse()
+                    .ok()
+                    .filter(|&n| (key == "headroom" || n >= 1) && n <= 64)
+                    .ok_or_else(|| bad(format!("{key} {value:?} is not a count up to 64")))?;
+                if key == "depth" {
+                    self.depth = Some(n);
+                } else {
+                    self.headroom = Some(n);
+                }
+            }
+            _ => {
+                return Err(bad(format!(
+                    "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
+                     pageout, depth, headroom)"
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Who manages the workload's memory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Variant {
+    /// Plain anonymous memory; the driver runs the process in a memory cgroup limited to the
+    /// budget with a swap file on the swap directory's filesystem.
+    Kernel,
+    /// A memvisor region with the budget, swapping to the swap directory.
+    Memvisor(RegionOptions),
+}
+
+impl Variant {
+    /// Whether this is the kernel baseline.
+    pub fn is_kernel(&self) -> bool {
+        matches!(self, Self::Kernel)
+    }
+}
+
+impl FromStr for Variant {
+    type Err = BenchError;
+
+    fn from_str(spec: &str) -> Result<Self, BenchError> {
+        let mut parts = spec.trim().split(':');
+        match parts.next().unwrap_or("") {
+            "kernel" => {
+                if parts.next().is_some() {
+                    return Err(BenchError::bad("variant", spec, "kernel takes no options"));
+                }
+                Ok(Self::Kernel)
+            }
+            "memvisor" => {
+                let mut o = RegionOptions::default();
+                for kv in parts {
+                    let (k, v) = kv.split_once('=').ok_or_else(|| {
+                        BenchError::bad("variant", spec, format!("{kv:?} is not KEY=VALUE"))
+                    })?;
+                    o.set(spec, k.trim(), v.trim())?;
+                }
+                Ok(Self::Memvisor(o))
+            }
+            other => Err(BenchError::bad(
+                "variant",
+                spec,
+                format!("unknown variant {other:?} (kernel or memvisor[:KEY=VALUE...])"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    /// The canonical spelling; it parses back to an equal variant.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Kernel => write!(f, "kernel"),
+            Self::Memvisor(o) => {
+                write!(f, "memvisor")?;
+                if let Some(c) = o.chunk_size {
+                    write!(f, ":chunk={}", format_bytes(c))?;
+                }
+                if let Some(p) = &o.policy {
+                    write!(f, ":policy={p}")?;
+                }
+                if let Some(s) = o.sample_interval {
+                    match s {
+                        None => write!(f, ":sample=off")?,
+                        Some(d) if d.subsec_nanos() == 0 => write!(f, ":sample={}s", d.as_secs())?,
+                        Some(d) if d.subsec_nanos() % 1_000_000 == 0 => {
+                            write!(f, ":sample={}ms", d.as_millis())?
+                        }
+                        Some(d) => write!(f, ":sample={}us", d.as_micros())?,
+                    }
+                }
+                if let Some(r) = o.resolve {
+                    write!(f, ":resolve={}", r.name())?;
+                }
+                if let Some(d) = o.dirty_tracking {
+                    write!(f, ":dirty={}", if d { "on" } else { "off" })?;
+                }
+                if let Some(p) = &o.page_out {
+                    write!(f, ":pageout={p}")?;
+                }
+                if let Some(n) = o.depth {
+                    write!(f, ":depth={n}")?;
+                }
+                if let Some(n) = o.headroom {
+                    write!(f, ":headroom={n}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_parse_and_round_trip() {
+        assert_eq!("kernel".parse::<Variant>().unwrap(), Variant::Kernel);
+        assert_eq!(
+            "memvisor".parse::<Variant>().unwrap(),
+            Variant::Memvisor(RegionOptions::default())
+        );
+        for s in [
+            "memvisor:chunk=64K",
+            "memvisor:chunk=1M:policy=clock:sample=off:resolve=alias-continue:dirty=off",
+            "memvisor:pageout=io-uring:depth=8:headroom=4",
+            "memvisor:pageout=sync",
+            "memvisor:sample=100ms",
+            "memvisor:sample=1500us",
+            "memvisor:sample=2s",
+        ] {
+            let v: Variant = s.parse().unwrap();
+            assert_eq!(v.to_string().parse::<Variant>().unwrap(), v, "{s}");
+        }
+        let v: Variant = "memvisor:chunk=64K:sample=off".parse().unwrap();
+        let c = match v {
+            Variant::Memvisor(o) => o.apply(RegionConfig::new(1 << 20, 1 << 20, "/tmp")),
+            Variant::Kernel => unreachable!(),
+        };
+        assert_eq!(c.chunk_size, 64 << 10);
+        assert_eq!(c.sample_interval, None);
+    }
+
+    #[test]
+    fn bad_variants_name_the_problem() {
+        for (s, needle) in [
+            ("swap", "unknown variant"),
+            ("kernel:x=1", "no options"),
+            ("memvisor:chunk", "KEY=VALUE"),
+            ("memvisor:speed=9", "unknown key"),
+            ("memvisor:chunk=1Q", "size"),
+            ("memvisor:policy=nope", "policy"),
+            ("memvisor:dirty=maybe", "on or off"),
+            ("memvisor:pageout=lazy", "pageout"),
+            ("memvisor:depth=0", "count up to 64"),
+        ] {
+            let e = s.parse::<Variant>().unwrap_err().to_string();
+            assert!(e.contains(needle), "{s}: {e}");
+        }
+    }
+}

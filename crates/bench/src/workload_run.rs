@@ -1,0 +1,140 @@
+//! The workload role: allocate the data set (anonymous memory or a memvisor region), fill it,
+//! run the access pattern with every read verified, and report times and counters.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::bench_error::BenchError;
+use crate::counters::{disk_stat_path, field, Counters};
+use crate::page_pattern::{DataSet, PAGE};
+use crate::variant::Variant;
+use crate::workload_memory::WorkloadMemory;
+use crate::workload_report::{PhaseReport, WorkloadReport};
+use crate::workload_spec::{AccessOrder, WorkloadSpec};
+
+/// What one workload process runs.
+#[derive(Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Who holds the memory.
+    pub variant: Variant,
+    /// Data set bytes (rounded down to whole 4 KiB pages).
+    pub size: usize,
+    /// Resident budget (for a region; the kernel variant's limit is the driver's cgroup).
+    pub budget: usize,
+    /// Swap directory (region swap file; the disk whose counters are read).
+    pub swap_dir: PathBuf,
+    /// The access pattern.
+    pub workload: WorkloadSpec,
+}
+
+/// Runs the workload and returns its report; a verification failure is an error.
+pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
+    let size = args.size / PAGE * PAGE;
+    if size == 0 {
+        return Err(BenchError::bad(
+            "size",
+            args.size.to_string(),
+            "at least one 4 KiB page",
+        ));
+    }
+    let pages = (size / PAGE) as u64;
+    args.workload.validate(pages)?;
+    let disk = disk_stat_path(&args.swap_dir);
+    let loadavg_start = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    // Everything the run needs besides the data set is allocated before the fill, so the
+    // kernel variant's cgroup sees it from the start.
+    let trace =
+        match args.workload.trace_spec(pages) {
+            Some(t) => Some(t.parse::<memvisor_trace::WorkloadSpec>().map_err(|e| {
+                BenchError::bad("workload", args.workload.to_string(), e.to_string())
+            })?),
+            None => None,
+        };
+    let mut shadow: Vec<u32> = match (&trace, args.workload.writes()) {
+        (Some(_), true) => vec![0; pages as usize],
+        _ => Vec::new(),
+    };
+    let mut memory = WorkloadMemory::new(&args.variant, size, args.budget, &args.swap_dir)?;
+
+    let c0 = Counters::now(disk.as_deref())?;
+    let r0 = memory.region_counters();
+    let t0 = Instant::now();
+    DataSet::new(memory.words()).fill();
+    let fill_secs = t0.elapsed().as_secs_f64();
+    let c1 = Counters::now(disk.as_deref())?;
+    let r1 = memory.region_counters();
+
+    let words = args.workload.words();
+    let write = args.workload.writes();
+    let t1 = Instant::now();
+    let mut accesses = 0u64;
+    {
+        let mut data = DataSet::new(memory.words());
+        match (args.workload.order(), &trace) {
+            (AccessOrder::Sequential { passes }, _) => {
+                for pass in 0..*passes {
+                    let count = if write { pass } else { 0 };
+                    for p in 0..pages {
+                        data.touch(p, count, words, write)?;
+                    }
+                    accesses += pages;
+                }
+            }
+            (AccessOrder::Random { .. }, Some(t)) => {
+                for req in t.requests() {
+                    let p = req.unit;
+                    if write {
+                        let c = &mut shadow[p as usize];
+                        data.touch(p, u64::from(*c), words, true)?;
+                        *c += 1;
+                    } else {
+                        data.touch(p, 0, words, false)?;
+                    }
+                    accesses += 1;
+                }
+            }
+            (AccessOrder::Random { .. }, None) => unreachable!("random orders have a trace"),
+        }
+    }
+    let run_secs = t1.elapsed().as_secs_f64();
+    let c2 = Counters::now(disk.as_deref())?;
+    let r2 = memory.region_counters();
+
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let stats = memory.region().map(|r| r.stats());
+    let region_errors = memory
+        .region()
+        .map(|r| r.take_errors().iter().map(|e| e.to_string()).collect())
+        .unwrap_or_default();
+    Ok(WorkloadReport {
+        variant: args.variant.to_string(),
+        workload: args.workload.to_string(),
+        size: size as u64,
+        budget: args.budget as u64,
+        pages,
+        pid: std::process::id(),
+        loadavg_start,
+        fill: PhaseReport {
+            secs: fill_secs,
+            accesses: pages,
+            counters: c1.since(&c0),
+            region: r1.zip(r0).map(|(b, a)| b.since(&a)),
+        },
+        run: PhaseReport {
+            secs: run_secs,
+            accesses,
+            counters: c2.since(&c1),
+            region: r2.zip(r1).map(|(b, a)| b.since(&a)),
+        },
+        verified: true,
+        vm_hwm_bytes: field(&status, "VmHWM:") * 1024,
+        page_in_p50_nanos: stats.map_or(0, |s| s.page_in_p50_nanos),
+        page_in_p99_nanos: stats.map_or(0, |s| s.page_in_p99_nanos),
+        page_in_max_nanos: stats.map_or(0, |s| s.page_in_max_nanos),
+        region_errors,
+        swap_direct: memory.region().map(|r| r.swap_is_direct()),
+    })
+}

@@ -1,0 +1,189 @@
+//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to
+//! the [`PageOutEngine`] and goes on serving faults; the chunk stays in memory, in state
+//! `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
+//! chunk being written is served at completion by keeping the chunk (no read needed). A
+//! headroom of free chunks is kept ahead of demand, so a page-in seldom waits for a write.
+
+use std::time::Duration;
+
+use super::{ChunkState, FaultHandler, Fill};
+use crate::page_out_engine::{WriteDone, WriteJob};
+use crate::pager_error::PagerError;
+use crate::region_stats::add;
+use crate::swap_file::is_zero;
+
+impl FaultHandler {
+    /// Starts writing dirty chunk `v` (entries already dropped, written state harvested).
+    /// All-zero data needs no write: the chunk is dropped at once.
+    pub(super) fn start_write(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
+        // SAFETY: the alias mapping covers the region; nobody writes the chunk now (its
+        // registered entries are gone, so program accesses fault and wait for this thread).
+        let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        if is_zero(data) {
+            if let Err(source) = self.swap.punch(v) {
+                self.write_failed(v, start, source);
+                return Err(());
+            }
+            add(&self.stats().zero_page_outs, 1);
+            self.dirty[v] = false;
+            return self.drop_chunk(v, start, len);
+        }
+        let target = match self.swap.prepare_write(v, data) {
+            Ok(t) => t,
+            Err(source) => {
+                self.write_failed(v, start, source);
+                return Err(());
+            }
+        };
+        let Some(engine) = self.engine.as_mut() else {
+            return Err(());
+        };
+        engine.submit(WriteJob {
+            chunk: v,
+            addr: self.alias.as_ptr() as usize + start,
+            len,
+            target,
+        });
+        self.states[v] = ChunkState::Writing;
+        self.writing += 1;
+        Ok(())
+    }
+
+    fn write_failed(&mut self, v: usize, start: usize, source: std::io::Error) {
+        add(&self.stats().write_errors, 1);
+        self.shared.record(PagerError::SwapWrite {
+            region: self.shared.name.clone(),
+            chunk: v as u64,
+            offset: start as u64,
+            path: self.swap.path().to_path_buf(),
+            source,
+        });
+    }
+
+    /// Takes the finished writes and completes each; with `block`, waits until at least one has
+    /// finished (if any is in flight).
+    pub(super) fn reap_writes(&mut self, block: bool) {
+        let mut done = std::mem::take(&mut self.done_buf);
+        if let Some(engine) = self.engine.as_mut() {
+            loop {
+                engine.take_done(&mut done);
+                if !done.is_empty() || !block || self.writing == 0 {
+                    break;
+                }
+                // A bounded wait: `take_done` also retries submissions the kernel refused.
+                wait_readable(engine.completion_fd(), Duration::from_millis(10));
+            }
+        }
+        for d in done.drain(..) {
+            self.finish_write(d);
+        }
+        self.done_buf = done;
+    }
+
+    /// Completes one write: the chunk leaves memory, or stays if a fault asked for it
+    /// meanwhile or the write failed (then as overrun, retried later).
+    fn finish_write(&mut self, d: WriteDone) {
+        let v = d.chunk;
+        if self.states.get(v) != Some(&ChunkState::Writing) {
+            return;
+        }
+        self.writing -= 1;
+        self.states[v] = ChunkState::In;
+        let (start, len) = self.chunk_range(v);
+        let rescue = std::mem::take(&mut self.rescue[v]);
+        match d.result {
+            Ok(crc) => {
+                self.swap.record_written(v, crc);
+                add(&self.stats().page_outs, 1);
+                add(&self.stats().bytes_written, len as u64);
+                // Swap now holds exactly the memory's content.
+                self.dirty[v] = false;
+                if rescue {
+                    add(&self.stats().rescued_chunks, 1);
+                    self.remap(start, len);
+                    self.readmit(v);
+                } else if self.drop_chunk(v, start, len).is_err() {
+                    self.push_overrun(v);
+                }
+            }
+            Err(source) => {
+                self.write_failed(v, start, source);
+                if rescue {
+                    self.remap(start, len);
+                }
+                self.push_overrun(v);
+            }
+        }
+    }
+
+    /// Maps a resident chunk again (write-protected if tracking) and wakes its waiters.
+    fn remap(&mut self, start: usize, len: usize) {
+        if let Err(e) = self.fill(start, len, Fill::Continue) {
+            self.memory_error("UFFDIO_CONTINUE (after page-out)", start, len, e);
+        }
+    }
+
+    /// Gives resident chunk `v` back to the policy (evicting another if it is full).
+    fn readmit(&mut self, v: usize) {
+        if let Some(victim) = self.policy.admit(v as u64) {
+            let victim = victim as usize;
+            if victim == v {
+                self.push_overrun(v);
+            } else {
+                self.evict_or_overrun(victim);
+            }
+        }
+    }
+
+    fn push_overrun(&mut self, v: usize) {
+        self.overrun.push(v);
+        add(&self.stats().overrun_chunks, 1);
+    }
+
+    /// With an engine, waits until fewer writes than its depth are in flight.
+    pub(super) fn wait_for_write_slot(&mut self) {
+        let depth = match &self.engine {
+            Some(e) => e.depth(),
+            None => return,
+        };
+        while self.writing >= depth {
+            self.reap_writes(true);
+        }
+    }
+
+    /// Waits until chunk `c` is not being written.
+    pub(super) fn wait_for_write(&mut self, c: usize) {
+        while self.states.get(c) == Some(&ChunkState::Writing) {
+            self.reap_writes(true);
+        }
+    }
+
+    /// After a page-in, with an engine: evicts until `headroom` chunks of the budget (at most a
+    /// quarter of it) are free, counting writes in flight as free soon, with at most the
+    /// engine's depth of writes in flight.
+    pub(super) fn keep_headroom(&mut self) {
+        let Some(depth) = self.engine.as_ref().map(|e| e.depth()) else {
+            return;
+        };
+        // A quarter of the budget at most: headroom is memory the policy does not use.
+        let cap = self.policy.capacity();
+        let target = cap - self.headroom.min(cap / 4);
+        while self.policy.len() > target && self.writing < depth {
+            match self.policy.evict() {
+                Some(v) => self.evict_or_overrun(v as usize),
+                None => break,
+            }
+        }
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes.
+fn wait_readable(fd: i32, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd; poll only writes its `revents`.
+    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+}

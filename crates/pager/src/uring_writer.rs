@@ -1,0 +1,141 @@
+//! [`UringWriter`]: swap writes submitted to an io_uring by the fault handler itself; no extra
+//! threads. Completions raise an eventfd registered with the ring.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::crc32c::crc32c;
+use crate::event_fd::EventFd;
+use crate::page_out_engine::{WriteDone, WriteJob};
+
+/// An io_uring for chunk writes.
+pub(crate) struct UringWriter {
+    ring: IoUring,
+    signal: EventFd,
+    depth: usize,
+    /// Writes in flight: (chunk, CRC32C of its data, expected length).
+    in_flight: Vec<(usize, u32, usize)>,
+    /// Writes that failed before reaching the ring (injected failures, a full ring).
+    failed: Vec<WriteDone>,
+    /// Entries queued but not yet accepted by the kernel (a submit failed; retried).
+    unsubmitted: bool,
+}
+
+impl std::fmt::Debug for UringWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringWriter")
+            .field("depth", &self.depth)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl UringWriter {
+    /// A ring for up to `depth` writes at once.
+    pub fn new(depth: usize) -> io::Result<Self> {
+        let depth = depth.clamp(1, 4096);
+        let ring = IoUring::new(depth.next_power_of_two() as u32)?;
+        let signal = EventFd::new()?;
+        ring.submitter().register_eventfd(signal.as_raw_fd())?;
+        Ok(Self {
+            ring,
+            signal,
+            depth,
+            in_flight: Vec::with_capacity(depth),
+            failed: Vec::new(),
+            unsubmitted: false,
+        })
+    }
+
+    pub fn submit(&mut self, job: WriteJob) {
+        if let Err(e) = job.target.injected_failure() {
+            return self.fail(job.chunk, e);
+        }
+        // SAFETY: per `WriteJob`'s contract, the chunk's bytes stay mapped and unwritten until
+        // the write completes; the checksum is taken now, over the same bytes the ring writes.
+        let data = unsafe { std::slice::from_raw_parts(job.addr as *const u8, job.len) };
+        let crc = crc32c(data);
+        let sqe = opcode::Write::new(
+            types::Fd(job.target.file.as_raw_fd()),
+            job.addr as *const u8,
+            job.len as u32,
+        )
+        .offset(job.target.offset)
+        .build()
+        .user_data(job.chunk as u64);
+        // SAFETY: the entry's buffer stays valid until its completion is reaped (see above),
+        // and the file stays open: `job.target.file` is the swap file, which the handler keeps
+        // until every write in flight has completed.
+        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        if pushed.is_err() {
+            return self.fail(
+                job.chunk,
+                io::Error::other("io_uring submission queue full"),
+            );
+        }
+        // The entry is queued: from now on it is in flight, whether this submit succeeds or a
+        // later one (in `take_done`) passes it to the kernel. Failing it here instead would let
+        // a late write land over newer data in the same slot.
+        self.in_flight.push((job.chunk, crc, job.len));
+        self.unsubmitted = self.ring.submit().is_err();
+    }
+
+    fn fail(&mut self, chunk: usize, e: io::Error) {
+        self.failed.push(WriteDone {
+            chunk,
+            result: Err(e),
+        });
+        self.signal.signal();
+    }
+
+    pub fn take_done(&mut self, out: &mut Vec<WriteDone>) {
+        self.signal.clear();
+        if self.unsubmitted {
+            self.unsubmitted = self.ring.submit().is_err();
+        }
+        out.append(&mut self.failed);
+        for cqe in self.ring.completion() {
+            let chunk = cqe.user_data() as usize;
+            let Some(i) = self.in_flight.iter().position(|&(c, _, _)| c == chunk) else {
+                continue;
+            };
+            let (_, crc, len) = self.in_flight.swap_remove(i);
+            let res = cqe.result();
+            let result = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else if res as usize != len {
+                Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {res} of {len} bytes"),
+                ))
+            } else {
+                Ok(crc)
+            };
+            out.push(WriteDone { chunk, result });
+        }
+    }
+
+    pub fn completion_fd(&self) -> RawFd {
+        self.signal.as_raw_fd()
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+}
+
+impl Drop for UringWriter {
+    fn drop(&mut self) {
+        // The handler reaps every write before it drops the engine; should one still be in
+        // flight, wait for it, so the kernel never writes from memory that is gone.
+        while !self.in_flight.is_empty() {
+            if self.ring.submit_and_wait(1).is_err() {
+                break;
+            }
+            let mut sink = Vec::new();
+            self.take_done(&mut sink);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The workload program run on the host: its self test (Zipf sampler, scatter bijection, page
+//! pattern, command line extraction), `cmdline` from a file, and `make-disk-image` errors.
+
+mod common;
+
+use std::process::Command;
+
+use memvisor_testvm::{parse_console, TestVmError, WorkloadResult};
+
+#[test]
+fn selftest_passes() {
+    let Some(image) = common::image_or_skip("selftest_passes") else {
+        return;
+    };
+    let out = Command::new(&image.workload)
+        .arg("selftest")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let results = parse_console(&stdout).unwrap();
+    assert!(
+        matches!(&results[0], WorkloadResult::Other { kind, fields }
+            if kind == "selftest" && fields == &[("checks_failed".to_string(), "0".to_string())]),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn cmdline_runs_every_command_from_a_file() {
+    let Some(image) = common::image_or_skip("cmdline_runs_every_command_from_a_file") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("d.img");
+    image.make_disk_image(&disk, 1).unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(
+        &cmdline,
+        format!(
+            "console=ttyS0 memvisor.run=\"mem 4 --patterns rev; disk {} random --reads 100 --verify\" quiet\n",
+            disk.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(&image.workload)
+        .arg("cmdline")
+        .arg(&cmdline)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let results = parse_console(&stdout).unwrap();
+    let kinds: Vec<String> = results
+        .iter()
+        .map(|r| match r {
+            WorkloadResult::Start { command, .. } => {
+                format!("start {}", command.as_deref().unwrap())
+            }
+            WorkloadResult::Mem(p) => format!("mem {}", p.kind),
+            WorkloadResult::Disk(d) => format!("disk {} {} {}", d.pattern, d.reads, d.verified),
+            WorkloadResult::Done(d) => format!("done {}", d.ok),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            format!(
+                "start mem 4 --patterns rev; disk {} random --reads 100 --verify",
+                disk.display()
+            ),
+            "mem write".to_string(),
+            "mem rev".to_string(),
+            "mem verify".to_string(),
+            "disk random 100 true".to_string(),
+            "done true".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn make_disk_image_errors_name_the_file() {
+    let Some(image) = common::image_or_skip("make_disk_image_errors_name_the_file") else {
+        return;
+    };
+    let path = std::path::Path::new("/nonexistent-dir/x.img");
+    match image.make_disk_image(path, 1) {
+        Err(TestVmError::DiskImage {
+            path: p, output, ..
+        }) => {
+            assert_eq!(p, path);
+            assert!(
+                output.contains("cannot create /nonexistent-dir/x.img: No such file or directory"),
+                "{output}"
+            );
+        }
+        other => panic!("expected DiskImage, got {other:?}"),
+    }
+}
