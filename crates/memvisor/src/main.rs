@@ -2,9 +2,14 @@
 //! into the component crates; this file only parses arguments and reports errors.
 
 mod dedup_command;
+mod host_memory;
+mod run_command;
 mod scrub_command;
+mod set_command;
 mod sim_command;
 mod source_args;
+mod stat_command;
+mod top_command;
 mod trace_command;
 
 use std::process::ExitCode;
@@ -29,6 +34,14 @@ enum Command {
     Dedup(dedup_command::DedupArgs),
     /// Exclusive host cache: drop host page-cache pages of VM images the guests hold.
     Scrub(scrub_command::ScrubArgs),
+    /// Run a program with its large memory under the pager.
+    Run(run_command::RunArgs),
+    /// Show a managed process's budget, policy and regions.
+    Stat(stat_command::StatArgs),
+    /// Live view of every managed process on this host.
+    Top(top_command::TopArgs),
+    /// Change a managed process's budget or policy at run time.
+    Set(set_command::SetArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +51,13 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace_command::run(args).map_err(|e| e.to_string()),
         Command::Dedup(args) => dedup_command::run(args).map_err(|e| e.to_string()),
         Command::Scrub(args) => scrub_command::run(args).map_err(|e| e.to_string()),
+        Command::Run(args) => match run_command::run(args) {
+            Ok(code) => return ExitCode::from(code),
+            Err(e) => Err(e.to_string()),
+        },
+        Command::Stat(args) => stat_command::run(args).map_err(|e| e.to_string()),
+        Command::Top(args) => top_command::run(args).map_err(|e| e.to_string()),
+        Command::Set(args) => set_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

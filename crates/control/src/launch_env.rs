@@ -1,0 +1,32 @@
+//! Environment variables through which `memvisor run` configures the preload library in the
+//! program it starts. Values are plain decimal bytes, paths, or policy specs.
+
+/// Process budget in bytes (its presence switches the preload library on).
+pub const BUDGET: &str = "MEMVISOR_BUDGET";
+/// Policy spec.
+pub const POLICY: &str = "MEMVISOR_POLICY";
+/// Swap directory.
+pub const SWAP_DIR: &str = "MEMVISOR_SWAP_DIR";
+/// Smallest anonymous mapping managed, bytes.
+pub const MIN_REGION: &str = "MEMVISOR_MIN_REGION";
+/// Virtual size of the arena anonymous mappings are carved from, bytes.
+pub const ARENA_SIZE: &str = "MEMVISOR_ARENA_SIZE";
+/// Directory of control sockets (also read by `memvisor stat/top/set`).
+pub const CONTROL_DIR: &str = "MEMVISOR_CONTROL_DIR";
+/// `1`: children that exec are managed too (the variables are left in the environment).
+pub const MANAGE_CHILDREN: &str = "MEMVISOR_MANAGE_CHILDREN";
+/// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
+pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
+
+/// Every variable the preload library reads; removed from the program's environment at start
+/// unless children are managed.
+pub const ALL: [&str; 8] = [
+    BUDGET,
+    POLICY,
+    SWAP_DIR,
+    MIN_REGION,
+    ARENA_SIZE,
+    CONTROL_DIR,
+    MANAGE_CHILDREN,
+    PRELOAD_LIBRARY,
+];

@@ -1,0 +1,111 @@
+//! [`ProcessStatus`] and [`RegionStatus`]: what a managed process reports about its memory.
+
+use serde::{Deserialize, Serialize};
+
+/// The state of one managed process: its budget, policy, and every managed region.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessStatus {
+    /// Process id.
+    pub pid: u32,
+    /// Program name (`/proc/PID/comm`).
+    pub program: String,
+    /// The process budget in bytes: the sum of its regions' budgets (see the preload crate's
+    /// README for how it is split).
+    pub budget_bytes: u64,
+    /// Policy spec every region runs.
+    pub policy: String,
+    /// Paging unit in bytes.
+    pub chunk_size: u64,
+    /// Smallest anonymous mapping that is managed.
+    pub min_region_bytes: u64,
+    /// When this snapshot was taken, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// When the process started being managed, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Large mappings left unmanaged (the arena was full or a region could not be created).
+    pub unmanaged_mappings: u64,
+    /// Managed regions.
+    pub regions: Vec<RegionStatus>,
+}
+
+/// One managed region's state and counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RegionStatus {
+    /// Region name (as pager errors spell it).
+    pub name: String,
+    /// `arena` (anonymous mappings carved from one region), `guest-memfd` (QEMU
+    /// `memory-backend-memfd` guest RAM) or `fixed` (an anonymous mapping at a fixed address,
+    /// e.g. QEMU's plain guest RAM).
+    pub kind: String,
+    /// Start address of the region's mapping.
+    pub address: u64,
+    /// Size of the region in bytes (for the arena: its virtual size).
+    pub size_bytes: u64,
+    /// Bytes the program has mapped in the region (the arena: carved and not yet unmapped).
+    pub mapped_bytes: u64,
+    /// Resident budget in bytes.
+    pub budget_bytes: u64,
+    /// Policy the region runs.
+    pub policy: String,
+    /// Bytes in memory.
+    pub resident_bytes: u64,
+    /// Bytes whose only copy is in the swap file.
+    pub swapped_bytes: u64,
+    /// Missing faults served.
+    pub missing_faults: u64,
+    /// Minor faults served.
+    pub minor_faults: u64,
+    /// Chunks read from swap.
+    pub page_ins: u64,
+    /// Chunks written to swap.
+    pub page_outs: u64,
+    /// Chunks evicted without a write (unchanged since read, or zero).
+    pub clean_evictions: u64,
+    /// Bytes read from swap.
+    pub bytes_read: u64,
+    /// Bytes written to swap.
+    pub bytes_written: u64,
+    /// Failed swap reads and checksum mismatches.
+    pub read_errors: u64,
+    /// Failed swap writes.
+    pub write_errors: u64,
+    /// Chunks whose page-in failed (accesses raise SIGBUS).
+    pub poisoned_chunks: u64,
+    /// Resident chunks over the budget (their page-out failed).
+    pub overrun_chunks: u64,
+    /// Median page-in service time, ns (log2 bucket upper bound).
+    pub page_in_p50_nanos: u64,
+    /// 99th percentile page-in service time, ns (log2 bucket upper bound).
+    pub page_in_p99_nanos: u64,
+    /// Ranges discarded on behalf of the program (munmap, MADV_DONTNEED, ...).
+    pub discards: u64,
+}
+
+impl ProcessStatus {
+    /// Sum of `f` over the regions.
+    pub fn total(&self, f: impl Fn(&RegionStatus) -> u64) -> u64 {
+        self.regions.iter().map(f).sum()
+    }
+
+    /// Bytes resident over all regions.
+    pub fn resident_bytes(&self) -> u64 {
+        self.total(|r| r.resident_bytes)
+    }
+
+    /// Bytes swapped over all regions.
+    pub fn swapped_bytes(&self) -> u64 {
+        self.total(|r| r.swapped_bytes)
+    }
+
+    /// Faults (missing + minor) over all regions.
+    pub fn faults(&self) -> u64 {
+        self.total(|r| r.missing_faults + r.minor_faults)
+    }
+
+    /// Swap bytes read plus written over all regions.
+    pub fn io_bytes(&self) -> u64 {
+        self.total(|r| r.bytes_read + r.bytes_written)
+    }
+}

@@ -1,0 +1,202 @@
+//! Prometheus text exposition (format 0.0.4) of managed processes' status.
+
+use std::fmt::Write;
+
+use crate::process_status::{ProcessStatus, RegionStatus};
+
+/// One metric family: name, type, help, and the value per region.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&RegionStatus) -> u64,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "memvisor_region_size_bytes",
+        kind: "gauge",
+        help: "Virtual size of the managed region.",
+        value: |r| r.size_bytes,
+    },
+    Family {
+        name: "memvisor_region_mapped_bytes",
+        kind: "gauge",
+        help: "Bytes of the region the program has mapped.",
+        value: |r| r.mapped_bytes,
+    },
+    Family {
+        name: "memvisor_budget_bytes",
+        kind: "gauge",
+        help: "Resident budget of the region.",
+        value: |r| r.budget_bytes,
+    },
+    Family {
+        name: "memvisor_resident_bytes",
+        kind: "gauge",
+        help: "Bytes of the region in memory.",
+        value: |r| r.resident_bytes,
+    },
+    Family {
+        name: "memvisor_swapped_bytes",
+        kind: "gauge",
+        help: "Bytes of the region only in its swap file.",
+        value: |r| r.swapped_bytes,
+    },
+    Family {
+        name: "memvisor_missing_faults_total",
+        kind: "counter",
+        help: "userfaultfd missing faults served.",
+        value: |r| r.missing_faults,
+    },
+    Family {
+        name: "memvisor_minor_faults_total",
+        kind: "counter",
+        help: "userfaultfd minor faults served.",
+        value: |r| r.minor_faults,
+    },
+    Family {
+        name: "memvisor_page_ins_total",
+        kind: "counter",
+        help: "Chunks read from swap.",
+        value: |r| r.page_ins,
+    },
+    Family {
+        name: "memvisor_page_outs_total",
+        kind: "counter",
+        help: "Chunks written to swap.",
+        value: |r| r.page_outs,
+    },
+    Family {
+        name: "memvisor_clean_evictions_total",
+        kind: "counter",
+        help: "Chunks evicted without a write.",
+        value: |r| r.clean_evictions,
+    },
+    Family {
+        name: "memvisor_swap_read_bytes_total",
+        kind: "counter",
+        help: "Bytes read from swap.",
+        value: |r| r.bytes_read,
+    },
+    Family {
+        name: "memvisor_swap_written_bytes_total",
+        kind: "counter",
+        help: "Bytes written to swap.",
+        value: |r| r.bytes_written,
+    },
+    Family {
+        name: "memvisor_swap_read_errors_total",
+        kind: "counter",
+        help: "Failed swap reads and checksum mismatches.",
+        value: |r| r.read_errors,
+    },
+    Family {
+        name: "memvisor_swap_write_errors_total",
+        kind: "counter",
+        help: "Failed swap writes.",
+        value: |r| r.write_errors,
+    },
+    Family {
+        name: "memvisor_poisoned_chunks",
+        kind: "gauge",
+        help: "Chunks whose page-in failed (accesses raise SIGBUS).",
+        value: |r| r.poisoned_chunks,
+    },
+    Family {
+        name: "memvisor_overrun_chunks",
+        kind: "gauge",
+        help: "Resident chunks over the budget after failed page-outs.",
+        value: |r| r.overrun_chunks,
+    },
+    Family {
+        name: "memvisor_page_in_p99_seconds",
+        kind: "gauge",
+        help: "99th percentile page-in service time (log2 bucket upper bound).",
+        value: |r| r.page_in_p99_nanos,
+    },
+];
+
+/// Escapes a label value (backslash, double quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Renders every region of every process, one sample per (family, region).
+pub fn render(processes: &[ProcessStatus]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP memvisor_process_budget_bytes Process budget.");
+    let _ = writeln!(out, "# TYPE memvisor_process_budget_bytes gauge");
+    for p in processes {
+        let _ = writeln!(
+            out,
+            "memvisor_process_budget_bytes{{pid=\"{}\",program=\"{}\",policy=\"{}\"}} {}",
+            p.pid,
+            escape(&p.program),
+            escape(&p.policy),
+            p.budget_bytes
+        );
+    }
+    for f in FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for p in processes {
+            for r in &p.regions {
+                let v = (f.value)(r);
+                let labels = format!(
+                    "pid=\"{}\",program=\"{}\",region=\"{}\",kind=\"{}\"",
+                    p.pid,
+                    escape(&p.program),
+                    escape(&r.name),
+                    escape(&r.kind)
+                );
+                if f.name.ends_with("_seconds") {
+                    let _ = writeln!(out, "{}{{{labels}}} {}", f.name, v as f64 / 1e9);
+                } else {
+                    let _ = writeln!(out, "{}{{{labels}}} {v}", f.name);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_families_and_escapes() {
+        let p = ProcessStatus {
+            pid: 42,
+            program: "a\"b".into(),
+            budget_bytes: 100,
+            policy: "clock".into(),
+            regions: vec![RegionStatus {
+                name: "arena#0".into(),
+                kind: "arena".into(),
+                resident_bytes: 4096,
+                page_outs: 3,
+                page_in_p99_nanos: 2_000_000,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = render(&[p]);
+        assert!(text.contains(
+            "memvisor_process_budget_bytes{pid=\"42\",program=\"a\\\"b\",policy=\"clock\"} 100"
+        ));
+        assert!(text.contains(
+            "memvisor_resident_bytes{pid=\"42\",program=\"a\\\"b\",region=\"arena#0\",kind=\"arena\"} 4096"
+        ));
+        assert!(text.contains("memvisor_page_outs_total{") && text.contains("} 3\n"));
+        assert!(text.contains("} 0.002\n"));
+        assert_eq!(text.matches("# TYPE").count(), FAMILIES.len() + 1);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! `memvisor run`: starts an unmodified program with its large memory under the pager (the
+//! preload library), after checking everything that can be checked before it starts.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::Args;
+use memvisor_control::{
+    format_bytes, launch_env, prometheus, socket_dir, ByteSize, ControlClient, ControlError,
+    MetricsServer,
+};
+use memvisor_pager::{Region, DEFAULT_CHUNK_SIZE};
+use memvisor_policy::PolicySpec;
+
+use crate::host_memory::mem_total_bytes;
+
+/// Largest arena: a quarter of the 47-bit user address space.
+const MAX_ARENA: u64 = 32 << 40;
+
+/// File name of the preload library.
+pub const PRELOAD_FILE: &str = "libmemvisor_preload.so";
+
+/// Arguments of `memvisor run`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Manages every private anonymous mapping of at least --min-region bytes (carved from one arena \
+region), QEMU's guest RAM (memory-backend-memfd, or anonymous RAM mapped at a fixed address), \
+within --budget, paging the rest to a private swap file in --swap-dir. The exit status is the \
+program's (128+N if it died of signal N).
+
+Example: memvisor run --budget 2G --policy clock -- redis-server --save ''")]
+pub struct RunArgs {
+    /// Resident budget of the process: bytes (512M, 2G) or a percentage of host RAM.
+    #[arg(long, value_name = "SIZE|PCT", default_value = "50%")]
+    budget: String,
+    /// Eviction policy (see `memvisor sim --help`); offline policies are refused.
+    #[arg(long, value_name = "P", default_value = memvisor_pager::DEFAULT_POLICY)]
+    policy: String,
+    /// Directory of the private swap files (must exist and be writable).
+    #[arg(long, value_name = "D", default_value = "/var/tmp")]
+    swap_dir: PathBuf,
+    /// Smallest anonymous mapping that is managed.
+    #[arg(long, value_name = "SIZE", default_value = "16M")]
+    min_region: String,
+    /// Virtual size of the arena large mappings are carved from [default: twice host RAM].
+    #[arg(long, value_name = "SIZE")]
+    arena: Option<String>,
+    /// Serve Prometheus metrics of the program at ADDR (PORT, :PORT or HOST:PORT; loopback
+    /// only unless --metrics-allow-remote).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Allow a non-loopback --metrics address.
+    #[arg(long, requires = "metrics")]
+    metrics_allow_remote: bool,
+    /// Also manage children the program execs (by default they run without memvisor).
+    #[arg(long)]
+    manage_children: bool,
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
+    command: Vec<OsString>,
+}
+
+/// Why `memvisor run` did not start the program.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program is not on PATH (or not an executable file).
+    #[error("program '{0}' not found on PATH or not executable")]
+    ProgramNotFound(String),
+    /// A size argument is malformed.
+    #[error("--{arg}: {source}")]
+    Size {
+        /// The option.
+        arg: &'static str,
+        /// The parse error.
+        #[source]
+        source: ControlError,
+    },
+    /// The budget is out of range.
+    #[error("--budget {given}: {reason}")]
+    Budget {
+        /// As given.
+        given: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another value is out of range.
+    #[error("--{arg} {given}: {reason}")]
+    Value {
+        /// The option.
+        arg: &'static str,
+        /// As given.
+        given: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The swap directory cannot be used.
+    #[error("--swap-dir {path}: {reason}")]
+    SwapDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// userfaultfd cannot be used by this user on this kernel.
+    #[error("userfaultfd is not usable here ({0}); memvisor run needs root (or CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1) and a kernel with userfaultfd")]
+    Userfaultfd(String),
+    /// The preload library is missing.
+    #[error("preload library {0} not found (build it with `cargo build -p memvisor-preload`, or set MEMVISOR_PRELOAD)")]
+    Preload(PathBuf),
+    /// Host facts could not be read.
+    #[error("{0}")]
+    Host(String),
+    /// Control directory or metrics endpoint.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The program could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The program as it will be executed: a path if it names one, else the first match on PATH.
+pub fn find_program(name: &OsString) -> Option<PathBuf> {
+    let is_exec = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let p = Path::new(name);
+    if p.as_os_str().is_empty() {
+        return None;
+    }
+    if p.components().count() > 1 || name.to_string_lossy().contains('/') {
+        return is_exec(p).then(|| p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| is_exec(c))
+}
+
+/// The preload library: `$MEMVISOR_PRELOAD`, else next to this executable.
+pub fn preload_library() -> Result<PathBuf, RunError> {
+    let path = match std::env::var_os(launch_env::PRELOAD_LIBRARY).filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .map_err(|e| RunError::Host(format!("cannot locate the memvisor executable: {e}")))?
+            .with_file_name(PRELOAD_FILE),
+    };
+    let path = std::fs::canonicalize(&path).map_err(|_| RunError::Preload(path.clone()))?;
+    Ok(path)
+}
+
+/// Checks that `dir` exists, is a directory, and a file can be created in it.
+fn check_swap_dir(dir: &Path) -> Result<(), RunError> {
+    let bad = |reason: String| RunError::SwapDir {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| bad(format!("does not exist ({e})")))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    let probe = dir.join(format!(".memvisor-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| bad(format!("not writable ({e})")))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn parse_size(arg: &'static str, text: &str) -> Result<ByteSize, RunError> {
+    ByteSize::parse(text).map_err(|source| RunError::Size { arg, source })
+}
+
+/// Everything validated, ready to start.
+struct Plan {
+    program: PathBuf,
+    budget: u64,
+    min_region: u64,
+    arena: u64,
+    library: PathBuf,
+    control_dir: PathBuf,
+}
+
+fn plan(args: &RunArgs) -> Result<Plan, RunError> {
+    let name = &args.command[0];
+    let program = find_program(name)
+        .ok_or_else(|| RunError::ProgramNotFound(name.to_string_lossy().into()))?;
+    let ram = mem_total_bytes().map_err(RunError::Host)?;
+    let chunk = DEFAULT_CHUNK_SIZE as u64;
+    let budget = parse_size("budget", &args.budget)?.resolve(ram);
+    if budget > ram {
+        return Err(RunError::Budget {
+            given: args.budget.clone(),
+            reason: format!(
+                "{} is more than this host's RAM ({})",
+                format_bytes(budget),
+                format_bytes(ram)
+            ),
+        });
+    }
+    if budget < chunk {
+        return Err(RunError::Budget {
+            given: args.budget.clone(),
+            reason: format!(
+                "{} is less than one chunk ({})",
+                format_bytes(budget),
+                format_bytes(chunk)
+            ),
+        });
+    }
+    let policy: PolicySpec = args.policy.parse().map_err(|e| RunError::Value {
+        arg: "policy",
+        given: args.policy.clone(),
+        reason: format!("{e}"),
+    })?;
+    if policy.is_offline() {
+        return Err(RunError::Value {
+            arg: "policy",
+            given: args.policy.clone(),
+            reason: "an offline policy cannot page a live program".into(),
+        });
+    }
+    let min_region = parse_size("min-region", &args.min_region)?.resolve(ram);
+    if min_region < 4096 {
+        return Err(RunError::Value {
+            arg: "min-region",
+            given: args.min_region.clone(),
+            reason: "must be at least one page (4K)".into(),
+        });
+    }
+    let arena = match &args.arena {
+        Some(a) => parse_size("arena", a)?.resolve(ram),
+        None => ram.saturating_mul(2),
+    };
+    if arena > MAX_ARENA {
+        return Err(RunError::Value {
+            arg: "arena",
+            given: args.arena.clone().unwrap_or_default(),
+            reason: format!(
+                "more than {} of address space (the arena is reserved at start)",
+                format_bytes(MAX_ARENA)
+            ),
+        });
+    }
+    if arena < chunk {
+        return Err(RunError::Value {
+            arg: "arena",
+            given: args.arena.clone().unwrap_or_default(),
+            reason: format!("must be at least one chunk ({})", format_bytes(chunk)),
+        });
+    }
+    check_swap_dir(&args.swap_dir)?;
+    Region::check_supported().map_err(|e| RunError::Userfaultfd(e.to_string()))?;
+    let library = preload_library()?;
+    let control_dir = socket_dir::default_control_dir();
+    socket_dir::prepare_control_dir(&control_dir)?;
+    Ok(Plan {
+        program,
+        budget,
+        min_region,
+        arena,
+        library,
+        control_dir,
+    })
+}
+
+/// The child's pid, for the signal forwarder.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Signals a terminal sends (si_code SI_KERNEL) reach the child directly, as it is in the
+    // same process group; only signals sent to memvisor itself (kill, si_code <= 0) are passed on.
+    // SAFETY: the kernel hands a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    let child = CHILD.load(Ordering::Acquire);
+    if code <= 0 && child > 0 {
+        // SAFETY: kill is async-signal-safe; the pid is our child's.
+        unsafe { libc::kill(child, sig) };
+    }
+}
+
+fn install_forwarders() {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ] {
+        // SAFETY: a zeroed sigaction is valid; we set a plain SA_SIGINFO handler that only
+        // calls async-signal-safe functions.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Runs the program; returns the exit status to pass on.
+pub fn run(args: RunArgs) -> Result<u8, RunError> {
+    let plan = plan(&args)?;
+    let metrics = match &args.metrics {
+        Some(addr) => Some(MetricsServer::bind(addr, args.metrics_allow_remote)?),
+        None => None,
+    };
+    let mut preload = plan.library.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(&plan.program);
+    cmd.arg0(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env(launch_env::BUDGET, plan.budget.to_string())
+        .env(launch_env::POLICY, &args.policy)
+        .env(launch_env::SWAP_DIR, &args.swap_dir)
+        .env(launch_env::MIN_REGION, plan.min_region.to_string())
+        .env(launch_env::ARENA_SIZE, plan.arena.to_string())
+        .env(launch_env::CONTROL_DIR, &plan.control_dir)
+        .env(launch_env::PRELOAD_LIBRARY, &plan.library);
+    if args.manage_children {
+        cmd.env(launch_env::MANAGE_CHILDREN, "1");
+    }
+    install_forwarders();
+    let mut child = cmd.spawn().map_err(|source| RunError::Spawn {
+        program: plan.program.display().to_string(),
+        source,
+    })?;
+    let pid = child.id();
+    CHILD.store(pid as i32, Ordering::Release);
+    if let Some(server) = metrics {
+        let dir = plan.control_dir.clone();
+        if let Some(addr) = server.local_addr() {
+            eprintln!("memvisor: metrics of pid {pid} at http://{addr}/metrics");
+        }
+        let rendered = move || match ControlClient::connect(&dir, pid).and_then(|mut c| c.status())
+        {
+            Ok(s) => prometheus::render(&[s]),
+            Err(e) => format!("# memvisor: {e}\n"),
+        };
+        server.serve(rendered).map_err(|source| RunError::Spawn {
+            program: "metrics thread".into(),
+            source,
+        })?;
+    }
+    let status = loop {
+        match child.wait() {
+            Ok(s) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(RunError::Spawn {
+                    program: plan.program.display().to_string(),
+                    source,
+                })
+            }
+        }
+    };
+    // A program killed by a signal leaves its socket behind.
+    let _ = std::fs::remove_file(socket_dir::socket_path(&plan.control_dir, pid));
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => (128 + s) as u8,
+        _ => 1,
+    })
+}

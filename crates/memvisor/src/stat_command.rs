@@ -1,0 +1,128 @@
+//! `memvisor stat PID`: one managed process's budget, policy and regions, as a table or JSON.
+
+use std::fmt::Write;
+
+use clap::Args;
+use memvisor_control::{format_bytes, socket_dir, ControlClient, ControlError, ProcessStatus};
+
+/// Arguments of `memvisor stat`.
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Process id of a program started by `memvisor run`.
+    pid: u32,
+    /// Print the full status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the status of one process.
+pub fn run(args: StatArgs) -> Result<(), ControlError> {
+    let dir = socket_dir::default_control_dir();
+    let status = ControlClient::connect(&dir, args.pid)?.status()?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status)
+                .map_err(|e| ControlError::Decode(e.to_string()))?
+        );
+    } else {
+        print!("{}", render_table(&status));
+    }
+    Ok(())
+}
+
+/// Nanoseconds as a short duration.
+pub fn format_nanos(ns: u64) -> String {
+    match ns {
+        0 => "-".into(),
+        n if n < 1_000_000 => format!("{:.0}us", n as f64 / 1e3),
+        n => format!("{:.1}ms", n as f64 / 1e6),
+    }
+}
+
+/// The process line and one row per region.
+pub fn render_table(s: &ProcessStatus) -> String {
+    let mut out = String::new();
+    let up = s.at_unix_ms.saturating_sub(s.started_unix_ms) / 1000;
+    let _ = writeln!(
+        out,
+        "pid {} ({})  budget {}  resident {}  swapped {}  policy {}  chunk {}  min-region {}  up {}s  unmanaged mappings {}",
+        s.pid,
+        s.program,
+        format_bytes(s.budget_bytes),
+        format_bytes(s.resident_bytes()),
+        format_bytes(s.swapped_bytes()),
+        s.policy,
+        format_bytes(s.chunk_size),
+        format_bytes(s.min_region_bytes),
+        up,
+        s.unmanaged_mappings
+    );
+    let header = [
+        "region",
+        "kind",
+        "size",
+        "mapped",
+        "budget",
+        "resident",
+        "swapped",
+        "faults",
+        "page-ins",
+        "page-outs",
+        "read",
+        "written",
+        "errors",
+        "p99-in",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for r in &s.regions {
+        rows.push(vec![
+            r.name.clone(),
+            r.kind.clone(),
+            format_bytes(r.size_bytes),
+            format_bytes(r.mapped_bytes),
+            format_bytes(r.budget_bytes),
+            format_bytes(r.resident_bytes),
+            format_bytes(r.swapped_bytes),
+            (r.missing_faults + r.minor_faults).to_string(),
+            r.page_ins.to_string(),
+            r.page_outs.to_string(),
+            format_bytes(r.bytes_read),
+            format_bytes(r.bytes_written),
+            (r.read_errors + r.write_errors + r.poisoned_chunks).to_string(),
+            format_nanos(r.page_in_p99_nanos),
+        ]);
+    }
+    out.push_str(&align(&rows));
+    out
+}
+
+/// Left-aligns the first column and right-aligns the others.
+pub fn align(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|v| v.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c < 2 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}

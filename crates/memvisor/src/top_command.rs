@@ -1,0 +1,105 @@
+//! `memvisor top`: a live view of every managed process on the host.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::Args;
+use memvisor_control::{format_bytes, socket_dir, ControlClient, ControlError, ProcessStatus};
+
+use crate::stat_command::align;
+
+/// Arguments of `memvisor top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes (rates are measured over this interval).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    interval: f64,
+    /// Print N frames, then exit.
+    #[arg(short = 'n', long = "iterations", value_name = "N")]
+    iterations: Option<u64>,
+    /// Print one frame and exit (same as -n 1).
+    #[arg(long, conflicts_with = "iterations")]
+    once: bool,
+}
+
+/// Every managed process that answers, by pid.
+fn sample() -> Result<HashMap<u32, ProcessStatus>, ControlError> {
+    let dir = socket_dir::default_control_dir();
+    let mut out = HashMap::new();
+    for pid in socket_dir::list_managed_pids(&dir)? {
+        // A socket whose process died without removing it does not answer: skip it.
+        if let Ok(s) = ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
+            out.insert(pid, s);
+        }
+    }
+    Ok(out)
+}
+
+/// One frame: a row per process with rates against the previous sample.
+pub fn render_frame(
+    now: &HashMap<u32, ProcessStatus>,
+    before: &HashMap<u32, ProcessStatus>,
+) -> String {
+    let mut pids: Vec<&u32> = now.keys().collect();
+    pids.sort();
+    let mut rows = vec![[
+        "pid", "program", "policy", "budget", "resident", "swapped", "faults/s", "in/s", "out/s",
+        "regions",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect::<Vec<_>>()];
+    for pid in pids {
+        let s = &now[pid];
+        let rate = |f: &dyn Fn(&ProcessStatus) -> u64| -> f64 {
+            match before.get(pid) {
+                Some(b) if s.at_unix_ms > b.at_unix_ms => {
+                    f(s).saturating_sub(f(b)) as f64 * 1000.0 / (s.at_unix_ms - b.at_unix_ms) as f64
+                }
+                _ => 0.0,
+            }
+        };
+        let read = rate(&|p| p.total(|r| r.bytes_read));
+        let written = rate(&|p| p.total(|r| r.bytes_written));
+        rows.push(vec![
+            pid.to_string(),
+            s.program.clone(),
+            s.policy.clone(),
+            format_bytes(s.budget_bytes),
+            format_bytes(s.resident_bytes()),
+            format_bytes(s.swapped_bytes()),
+            format!("{:.0}", rate(&|p| p.faults())),
+            format!("{}/s", format_bytes(read as u64)),
+            format!("{}/s", format_bytes(written as u64)),
+            s.regions.len().to_string(),
+        ]);
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "memvisor top: {} managed process(es)", now.len());
+    out.push_str(&align(&rows));
+    out
+}
+
+/// Prints frames until interrupted (or N frames).
+pub fn run(args: TopArgs) -> Result<(), ControlError> {
+    let frames = if args.once { Some(1) } else { args.iterations };
+    let interval = Duration::from_secs_f64(args.interval.clamp(0.05, 3600.0));
+    let clear = std::io::stdout().is_terminal() && frames != Some(1);
+    let mut before = sample()?;
+    let mut shown = 0u64;
+    loop {
+        std::thread::sleep(interval);
+        let now = sample()?;
+        if clear {
+            print!("\x1b[H\x1b[2J");
+        }
+        print!("{}", render_frame(&now, &before));
+        shown += 1;
+        if frames.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+        before = now;
+    }
+}

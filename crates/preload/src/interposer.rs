@@ -1,0 +1,278 @@
+//! What each interposed call does: decide whether the range is managed, act on the regions,
+//! and hand everything else to the kernel unchanged.
+
+use std::sync::atomic::Ordering;
+
+use libc::{c_int, c_void, off_t, size_t};
+
+use crate::managed_process::{self as mp, FixedKind, ACTIVE, MIN_REGION};
+use crate::raw_calls::{self as real, set_errno};
+use crate::shim_guard::{is_pager_thread, ShimGuard};
+
+/// QEMU's guest-RAM memfd, as `/proc/self/fd/N` names it.
+const GUEST_MEMFD_LINK: &[u8] = b"/memfd:memory-backend-memfd";
+
+fn page_round(len: usize) -> usize {
+    len.next_multiple_of(memvisor_pager::page_size())
+}
+
+/// Whether `fd` is a QEMU `memory-backend-memfd` memfd. Does not allocate.
+fn is_guest_memfd(fd: c_int) -> bool {
+    let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut n = fd as u32;
+    let mut digits = [0u8; 10];
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..k {
+        path[14 + i] = digits[k - 1 - i];
+    }
+    let mut link = [0u8; 64];
+    // SAFETY: `path` is NUL-terminated; readlink writes at most `link.len()` bytes.
+    let r = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
+    r > 0 && link[..r as usize].starts_with(GUEST_MEMFD_LINK)
+}
+
+/// `mmap`.
+///
+/// # Safety
+///
+/// As `mmap(2)`.
+pub unsafe fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: the program's own arguments, passed on as given.
+    let pass = || unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    if !ACTIVE.load(Ordering::Acquire) || len == 0 {
+        return pass();
+    }
+    let Some(_guard) = ShimGuard::enter() else {
+        return pass();
+    };
+    let a = addr as usize;
+    let fixed = flags & libc::MAP_FIXED != 0;
+    let map_type = flags & 0x0f;
+    let private = map_type == libc::MAP_PRIVATE;
+    let shared = map_type == libc::MAP_SHARED || map_type == libc::MAP_SHARED_VALIDATE;
+    let anonymous = flags & libc::MAP_ANONYMOUS != 0;
+    if fixed {
+        let (over, n) = mp::managed_overlaps(a, page_round(len));
+        if n > 0 {
+            // MAP_FIXED over managed memory: only fresh private anonymous memory over one
+            // managed range can be honoured (the range is discarded and reprotected).
+            let whole = n == 1 && over[0].0 == a && over[0].1 == page_round(len);
+            let result = if !(anonymous && private && whole) || prot & libc::PROT_EXEC != 0 {
+                Err(libc::ENOMEM)
+            } else {
+                match over[0].2 {
+                    None => mp::arena_remap_fixed(a, page_round(len), prot),
+                    Some(slot) => mp::fixed_discard(slot, a, page_round(len)).and_then(|_| {
+                        // SAFETY: the range is managed memory the program owns.
+                        match unsafe { real::mprotect(addr, len, prot) } {
+                            0 => Ok(()),
+                            _ => Err(libc::ENOMEM),
+                        }
+                    }),
+                }
+            };
+            return match result {
+                Ok(()) => addr,
+                Err(e) => {
+                    mp::note_unmanaged(
+                        len,
+                        "MAP_FIXED over managed memory that is not plain anonymous memory",
+                    );
+                    set_errno(e);
+                    libc::MAP_FAILED
+                }
+            };
+        }
+    }
+    if len < MIN_REGION.load(Ordering::Acquire)
+        || prot != libc::PROT_READ | libc::PROT_WRITE
+        || flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) != 0
+        || flags & libc::MAP_FIXED_NOREPLACE != 0
+        || is_pager_thread()
+    {
+        return pass();
+    }
+    let managed = if anonymous && private && !fixed {
+        mp::arena_map(len)
+    } else if anonymous && private && fixed {
+        mp::fixed_map(Some(a), len, FixedKind::FixedAnonymous, None)
+    } else if !anonymous && shared && fd >= 0 && off == 0 && is_guest_memfd(fd) {
+        mp::fixed_map(fixed.then_some(a), len, FixedKind::GuestMemfd, Some(fd))
+    } else {
+        None
+    };
+    match managed {
+        Some(p) => p as *mut c_void,
+        None => pass(),
+    }
+}
+
+/// Applies `managed` to the managed parts of `[a, a + len)` and `unmanaged` to the rest.
+fn split(
+    a: usize,
+    len: usize,
+    mut managed: impl FnMut(usize, usize, Option<usize>) -> Result<(), c_int>,
+    mut unmanaged: impl FnMut(usize, usize) -> c_int,
+) -> c_int {
+    let (over, n) = mp::managed_overlaps(a, len);
+    let mut at = a;
+    let mut result = Ok(());
+    let mut note = |r: Result<(), c_int>| {
+        if let Err(e) = r {
+            result = Err(e);
+        }
+    };
+    for &(s, l, owner) in &over[..n] {
+        if s > at {
+            let r = unmanaged(at, s - at);
+            note(if r == 0 { Ok(()) } else { Err(errno()) });
+        }
+        note(managed(s, l, owner));
+        at = s + l;
+    }
+    if a + len > at {
+        let r = unmanaged(at, a + len - at);
+        note(if r == 0 { Ok(()) } else { Err(errno()) });
+    }
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// `munmap`.
+///
+/// # Safety
+///
+/// As `munmap(2)`.
+pub unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    // SAFETY: the program's own arguments, passed on as given.
+    let pass = || unsafe { real::munmap(addr, len) };
+    let a = addr as usize;
+    if !ACTIVE.load(Ordering::Acquire) || len == 0 || a % memvisor_pager::page_size() != 0 {
+        return pass();
+    }
+    // No reentrancy bypass here (nor in madvise and mremap): whoever unmaps managed memory,
+    // the regions must know, or the kernel would punch holes into their mappings.
+    if mp::managed_overlaps(a, page_round(len)).1 == 0 {
+        return pass();
+    }
+    split(
+        a,
+        page_round(len),
+        |s, l, owner| match owner {
+            None => mp::arena_unmap(s, l),
+            Some(slot) => mp::fixed_unmap(slot, s, l),
+        },
+        // SAFETY: an unmanaged part of the program's range.
+        |s, l| unsafe { real::munmap(s as *mut c_void, l) },
+    )
+}
+
+/// `madvise`.
+///
+/// # Safety
+///
+/// As `madvise(2)`.
+pub unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    // SAFETY: the program's own arguments, passed on as given.
+    let pass = || unsafe { real::madvise(addr, len, advice) };
+    let a = addr as usize;
+    if !ACTIVE.load(Ordering::Acquire) || len == 0 || a % memvisor_pager::page_size() != 0 {
+        return pass();
+    }
+    const MADV_DONTNEED_LOCKED: c_int = 24;
+    let discard = matches!(
+        advice,
+        libc::MADV_DONTNEED | libc::MADV_REMOVE | libc::MADV_FREE | MADV_DONTNEED_LOCKED
+    );
+    let keep_dontfork = advice == libc::MADV_DOFORK;
+    if !discard && !keep_dontfork {
+        return pass();
+    }
+    if mp::managed_overlaps(a, page_round(len)).1 == 0 {
+        return pass();
+    }
+    split(
+        a,
+        page_round(len),
+        |s, l, owner| {
+            if keep_dontfork {
+                // Managed memory stays MADV_DONTFORK: a child must not see it without the pager.
+                return Ok(());
+            }
+            match owner {
+                None => mp::arena_advise_discard(s, l),
+                Some(slot) => mp::fixed_discard(slot, s, l),
+            }
+        },
+        // SAFETY: an unmanaged part of the program's range.
+        |s, l| unsafe { real::madvise(s as *mut c_void, l, advice) },
+    )
+}
+
+/// `mremap`.
+///
+/// # Safety
+///
+/// As `mremap(2)`; `new_addr` is only read with `MREMAP_FIXED`.
+pub unsafe fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: the program's own arguments, passed on as given.
+    let pass = || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    if !ACTIVE.load(Ordering::Acquire) {
+        return pass();
+    }
+    let o = old as usize;
+    let fixed = flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0;
+    let (over, n) = mp::managed_overlaps(o, page_round(old_len.max(1)));
+    let target_managed = flags & libc::MREMAP_FIXED != 0
+        && mp::managed_overlaps(new_addr as usize, page_round(new_len)).1 > 0;
+    if n == 0 && !target_managed {
+        return pass();
+    }
+    let in_arena =
+        n == 1 && over[0].2.is_none() && over[0].0 == o && over[0].1 == page_round(old_len);
+    let result = if !in_arena || fixed || target_managed || old_len == 0 {
+        // Moving managed memory elsewhere, or over it, is not supported.
+        Err(libc::EINVAL)
+    } else {
+        mp::arena_remap(o, old_len, new_len, flags & libc::MREMAP_MAYMOVE != 0)
+    };
+    match result {
+        Ok(p) => p as *mut c_void,
+        Err(e) => {
+            set_errno(e);
+            libc::MAP_FAILED
+        }
+    }
+}

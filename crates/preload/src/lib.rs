@@ -1,0 +1,55 @@
+//! `libmemvisor_preload.so`: puts an unmodified program's large memory under the memvisor
+//! pager. `memvisor run` loads it with `LD_PRELOAD` and configures it through the environment
+//! (`memvisor_control::launch_env`).
+//!
+//! The library interposes `mmap`/`mmap64`, `munmap`, `madvise` and `mremap`
+//! ([`entry_points`]); the memory calls it makes itself are raw system calls, as are the
+//! pager's. What it manages ([`managed_process`] has the details and the budget rule):
+//!
+//! * every private anonymous read-write mapping of at least `--min-region` bytes, carved in
+//!   whole chunks from one large *arena* region (sparse memfd, sparse swap): one budget, one
+//!   fault-handler thread, one policy for all of them;
+//! * a private anonymous read-write `MAP_FIXED` mapping of at least `--min-region` outside the
+//!   arena (QEMU's plain guest RAM over its `PROT_NONE` reservation): a region at that address;
+//! * a shared mapping of QEMU's `memory-backend-memfd` memfd: a region adopting the memfd.
+//!
+//! Never managed: mappings below the threshold, `PROT_NONE` reservations, executable mappings
+//! (QEMU's TCG code buffer), file mappings other than QEMU's guest-RAM memfd, stacks, huge-page
+//! mappings, and anything a pager thread maps.
+//!
+//! Consistency: `munmap` of managed memory discards it (it reads as zeros if mapped again) and
+//! returns whole chunks to the arena; `madvise(MADV_DONTNEED | MADV_REMOVE | MADV_FREE)`
+//! discards; `mremap` shrinks in place, grows in place when the following chunks are free, or
+//! moves (copying) with `MREMAP_MAYMOVE`, and refuses `MREMAP_FIXED`/`MREMAP_DONTUNMAP` with
+//! `EINVAL`; `MAP_FIXED` of private anonymous memory over managed memory discards and
+//! reprotects it, any other mapping over it fails with `ENOMEM`. Managed memory is
+//! `MADV_DONTFORK` (`MADV_DOFORK` on it is ignored): a forked child does not see it, and the
+//! library is inactive in the child. The library removes itself from `LD_PRELOAD` (and the
+//! `MEMVISOR_*` variables) at start, so exec'd children run unmanaged unless
+//! `memvisor run --manage-children` asked otherwise.
+//!
+//! Each managed process serves a control socket (`memvisor_control`). The library's own heap
+//! is separate from the program's `malloc` (`shim_allocator`), because the program's allocator
+//! calls the interposed functions while holding its locks.
+
+pub mod arena_allocator;
+pub mod entry_points;
+mod interposer;
+mod library_init;
+pub mod managed_process;
+mod pager_worker;
+pub mod preload_config;
+mod preload_error;
+mod raw_calls;
+mod shim_allocator;
+mod shim_guard;
+
+/// Every allocation of the library's Rust code (std and the pager included) comes from its own
+/// heap, never from the program's `malloc` (see [`shim_allocator`]).
+#[cfg(not(test))]
+#[global_allocator]
+static LIBRARY_HEAP: shim_allocator::ShimAllocator = shim_allocator::ShimAllocator;
+
+pub use library_init::SETUP_FAILURE_STATUS;
+pub use preload_config::PreloadConfig;
+pub use preload_error::PreloadError;

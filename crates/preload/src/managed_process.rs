@@ -1,0 +1,690 @@
+//! [`ManagedProcess`]: the regions of this process and the decisions the interposed calls
+//! take on them.
+//!
+//! * The **arena**: one region of `arena_size` bytes (sparse memfd, sparse swap), created at
+//!   start, from which every private anonymous `mmap` of at least `min_region` bytes is
+//!   carved in whole chunks ([`ArenaAllocator`]). One budget, one handler thread, one policy
+//!   for all of them.
+//! * **Fixed regions**: a private anonymous read-write `mmap(MAP_FIXED)` of at least
+//!   `min_region` outside the arena (QEMU's plain guest RAM placed over its `PROT_NONE`
+//!   reservation) gets a region of its own at that address; a `MAP_SHARED` mapping of QEMU's
+//!   `memory-backend-memfd` guest-RAM memfd gets a region adopting that memfd.
+//! * **Budget split**: the process budget is divided among the regions in proportion to their
+//!   weight, rebalanced whenever a region comes or goes or the budget is set: a fixed region
+//!   weighs its size, the arena the bytes the program has mapped in it (at least one chunk).
+//!   Every region keeps at least one chunk, so the sum may exceed the budget by one chunk per
+//!   region.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use libc::c_int;
+use memvisor_control::{ProcessStatus, RegionStatus};
+use memvisor_pager::{Region, RegionConfig};
+use memvisor_policy::PolicySpec;
+
+use crate::arena_allocator::{ArenaAllocator, Span};
+use crate::pager_worker::run_on_worker;
+use crate::preload_config::PreloadConfig;
+use crate::preload_error::PreloadError;
+
+/// Most fixed regions at once (QEMU has one per memory backend).
+pub const MAX_FIXED: usize = 32;
+/// Entries each arena list can hold before mappings are left to the kernel.
+const ARENA_LIST_CAPACITY: usize = 1 << 16;
+/// Alignment of the arena's start (helps allocators that want aligned extents).
+const ARENA_ALIGN: usize = 2 << 20;
+
+/// Whether the library manages this process (false before start, after a fork, or when
+/// `memvisor run` did not ask).
+pub static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Smallest mapping managed.
+pub static MIN_REGION: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// The arena's address range, `[start, end)`.
+static ARENA_START: AtomicUsize = AtomicUsize::new(0);
+static ARENA_END: AtomicUsize = AtomicUsize::new(0);
+/// The arena region (leaked: it lives as long as the process).
+static ARENA: AtomicPtr<Region> = AtomicPtr::new(std::ptr::null_mut());
+/// Ranges discarded in the arena on the program's behalf.
+static ARENA_DISCARDS: AtomicU64 = AtomicU64::new(0);
+/// Fixed regions' ranges, readable without the lock: `(start, end)`, 0 = empty slot.
+static FIXED_SPANS: [(AtomicUsize, AtomicUsize); MAX_FIXED] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_FIXED];
+static FIXED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The process state, behind one lock.
+static STATE: Mutex<Option<ManagedProcess>> = Mutex::new(None);
+
+/// What kind of memory a fixed region holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixedKind {
+    /// QEMU `memory-backend-memfd` guest RAM.
+    GuestMemfd,
+    /// A private anonymous mapping at a fixed address.
+    FixedAnonymous,
+}
+
+impl FixedKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::GuestMemfd => "guest-memfd",
+            Self::FixedAnonymous => "fixed",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FixedRegion {
+    region: Region,
+    kind: FixedKind,
+    slot: usize,
+    discards: u64,
+}
+
+/// The regions of this process.
+#[derive(Debug)]
+pub struct ManagedProcess {
+    config: PreloadConfig,
+    program: String,
+    started_ms: u64,
+    budget: usize,
+    policy: PolicySpec,
+    arena: ArenaAllocator,
+    fixed: Vec<FixedRegion>,
+    unmanaged: u64,
+    warned_unmanaged: bool,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Locks the state (a poisoned lock is taken over: the state is kept consistent by each
+/// critical section not panicking half-way).
+fn lock() -> MutexGuard<'static, Option<ManagedProcess>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The arena region, once created.
+fn arena_region() -> Option<&'static Region> {
+    let p = ARENA.load(Ordering::Acquire);
+    // SAFETY: ARENA is only ever set to a leaked Box<Region>, which is never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// A region handed to the worker thread while its owner waits (the state lock held).
+#[derive(Clone, Copy)]
+struct RegionRef(*const Region);
+
+// SAFETY: `Region` is Sync (its methods take &self and synchronize internally); the pointer
+// is only dereferenced while the owner keeps the region alive (see `get`).
+unsafe impl Send for RegionRef {}
+
+impl RegionRef {
+    /// The region.
+    ///
+    /// # Safety
+    ///
+    /// The region must still be alive: its owner waits for the job that calls this.
+    unsafe fn get(self) -> &'static Region {
+        // SAFETY: guaranteed alive by the caller.
+        unsafe { &*self.0 }
+    }
+}
+
+/// Overlap of `[a, a + len)` with `[s, e)`.
+fn intersect(a: usize, len: usize, s: usize, e: usize) -> Option<Span> {
+    let lo = a.max(s);
+    let hi = (a.saturating_add(len)).min(e);
+    (lo < hi).then(|| (lo, hi - lo))
+}
+
+/// Managed ranges overlapping `[a, a + len)`, as `(start, len, owner)` with owner `None` for
+/// the arena and `Some(slot)` for a fixed region; sorted by start. Lock-free.
+pub fn managed_overlaps(
+    a: usize,
+    len: usize,
+) -> ([(usize, usize, Option<usize>); MAX_FIXED + 1], usize) {
+    let mut out = [(0, 0, None); MAX_FIXED + 1];
+    let mut n = 0;
+    if let Some(s) = intersect(
+        a,
+        len,
+        ARENA_START.load(Ordering::Acquire),
+        ARENA_END.load(Ordering::Acquire),
+    ) {
+        out[n] = (s.0, s.1, None);
+        n += 1;
+    }
+    if FIXED_COUNT.load(Ordering::Acquire) > 0 {
+        for (i, (s, e)) in FIXED_SPANS.iter().enumerate() {
+            let (s, e) = (s.load(Ordering::Acquire), e.load(Ordering::Acquire));
+            if e > s {
+                if let Some(x) = intersect(a, len, s, e) {
+                    out[n] = (x.0, x.1, Some(i));
+                    n += 1;
+                }
+            }
+        }
+    }
+    out[..n].sort_unstable_by_key(|o| o.0);
+    (out, n)
+}
+
+/// Starts managing this process: creates the arena. Called once, at library start.
+pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError> {
+    let page = memvisor_pager::page_size();
+    // Reserve an aligned range for the arena, then place the region in it.
+    let size = config.arena_size / config.chunk_size * config.chunk_size;
+    let reserve = size + ARENA_ALIGN;
+    // SAFETY: a fresh PROT_NONE reservation, not MAP_FIXED: touches no existing memory.
+    let base = unsafe {
+        crate::raw_calls::mmap(
+            std::ptr::null_mut(),
+            reserve,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(PreloadError::Env {
+            name: memvisor_control::launch_env::ARENA_SIZE,
+            value: size.to_string(),
+            reason: format!(
+                "cannot reserve the arena's address space: {}",
+                std::io::Error::last_os_error()
+            ),
+        });
+    }
+    let start = (base as usize).next_multiple_of(ARENA_ALIGN);
+    let cfg = RegionConfig::new(size, config.budget, &config.swap_dir)
+        .policy(config.policy.clone())
+        .chunk_size(config.chunk_size)
+        .name("arena");
+    // SAFETY: [start, start + size) lies inside the reservation made above, which nothing
+    // else uses.
+    let cfg = unsafe { cfg.address(start) };
+    let region = Region::new(cfg).map_err(|source| PreloadError::Pager {
+        what: format!("arena of {size} bytes in {}", config.swap_dir.display()),
+        source,
+    })?;
+    // Give back the unused ends of the reservation.
+    // SAFETY: both ranges are parts of our own reservation outside the region.
+    unsafe {
+        if start > base as usize {
+            crate::raw_calls::munmap(base, start - base as usize);
+        }
+        let tail = start + size;
+        let res_end = base as usize + reserve;
+        if res_end > tail {
+            crate::raw_calls::munmap(tail as *mut libc::c_void, res_end - tail);
+        }
+    }
+    let region: &'static Region = Box::leak(Box::new(region));
+    // Start the worker, and have it and the handler serve one command now, before the program
+    // runs: both are then past their thread start-up (which uses the program's malloc).
+    crate::pager_worker::start().map_err(|e| PreloadError::Env {
+        name: memvisor_control::launch_env::BUDGET,
+        value: config.budget.to_string(),
+        reason: format!("cannot start the library's worker thread: {e}"),
+    })?;
+    let budget = config.budget;
+    run_on_worker(move || region.set_budget(budget).map_err(|_| libc::EIO)).map_err(|e| {
+        PreloadError::Env {
+            name: memvisor_control::launch_env::BUDGET,
+            value: budget.to_string(),
+            reason: format!("the arena's fault handler does not answer (errno {e})"),
+        }
+    })?;
+    ARENA.store(region as *const Region as *mut Region, Ordering::Release);
+    ARENA_START.store(start, Ordering::Release);
+    ARENA_END.store(start + size, Ordering::Release);
+    MIN_REGION.store(config.min_region, Ordering::Release);
+    let state = ManagedProcess {
+        budget: config.budget,
+        policy: config.policy.clone(),
+        arena: ArenaAllocator::new(size, config.chunk_size, page, ARENA_LIST_CAPACITY),
+        program,
+        started_ms: now_ms(),
+        config,
+        fixed: Vec::new(),
+        unmanaged: 0,
+        warned_unmanaged: false,
+    };
+    *lock() = Some(state);
+    ACTIVE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// After `fork` in the child: nothing is managed any more (the regions' mappings are not in
+/// the child, their handler threads neither). Touches no lock.
+pub fn forget_after_fork() {
+    ACTIVE.store(false, Ordering::Release);
+    ARENA_START.store(0, Ordering::Release);
+    ARENA_END.store(0, Ordering::Release);
+    FIXED_COUNT.store(0, Ordering::Release);
+    for (s, e) in &FIXED_SPANS {
+        s.store(0, Ordering::Release);
+        e.store(0, Ordering::Release);
+    }
+}
+
+impl ManagedProcess {
+    fn note_unmanaged(&mut self, len: usize, why: &str) {
+        self.unmanaged += 1;
+        if !self.warned_unmanaged {
+            self.warned_unmanaged = true;
+            eprintln!(
+                "memvisor-preload: a mapping of {len} bytes is left unmanaged: {why} \
+                 (further ones are only counted)"
+            );
+        }
+    }
+
+    /// Weight of the arena in the budget split.
+    fn arena_weight(&self) -> usize {
+        self.arena.mapped_bytes().max(self.config.chunk_size)
+    }
+
+    /// Budget of a region of weight `w` out of `total`.
+    fn share(&self, w: usize, total: usize) -> usize {
+        let cs = self.config.chunk_size;
+        let b = (self.budget as u128 * w as u128 / total.max(1) as u128) as usize;
+        (b / cs * cs).max(cs)
+    }
+
+    /// Applies the budget split to every region.
+    fn rebalance(&self) -> Result<(), String> {
+        let total: usize =
+            self.arena_weight() + self.fixed.iter().map(|f| f.region.len()).sum::<usize>();
+        let mut jobs: Vec<(RegionRef, usize)> = Vec::new();
+        if let Some(a) = arena_region() {
+            jobs.push((RegionRef(a), self.share(self.arena_weight(), total)));
+        }
+        for f in &self.fixed {
+            jobs.push((RegionRef(&f.region), self.share(f.region.len(), total)));
+        }
+        for (r, budget) in jobs {
+            // SAFETY: the state lock is held by our caller while the worker runs this, so the
+            // region (owned by the state, or leaked) outlives the job.
+            run_on_worker(move || unsafe { r.get() }.set_budget(budget).map_err(|_| libc::EIO))
+                .map_err(|_| format!("setting a budget of {budget} bytes failed"))?;
+        }
+        Ok(())
+    }
+
+    fn status(&self) -> ProcessStatus {
+        let cs = self.config.chunk_size as u64;
+        let region_status = |r: &Region, kind: &str, mapped: u64, discards: u64| {
+            let s = r.stats();
+            RegionStatus {
+                name: r.name().to_string(),
+                kind: kind.to_string(),
+                address: r.as_ptr() as u64,
+                size_bytes: r.len() as u64,
+                mapped_bytes: mapped,
+                budget_bytes: r.budget_bytes() as u64,
+                policy: r.policy_name(),
+                resident_bytes: s.resident_chunks * cs,
+                swapped_bytes: s.swapped_chunks * cs,
+                missing_faults: s.missing_faults,
+                minor_faults: s.minor_faults,
+                page_ins: s.page_ins,
+                page_outs: s.page_outs,
+                clean_evictions: s.clean_evictions,
+                bytes_read: s.bytes_read,
+                bytes_written: s.bytes_written,
+                read_errors: s.read_errors,
+                write_errors: s.write_errors,
+                poisoned_chunks: s.poisoned_chunks,
+                overrun_chunks: s.overrun_chunks,
+                page_in_p50_nanos: s.page_in_p50_nanos,
+                page_in_p99_nanos: s.page_in_p99_nanos,
+                discards,
+            }
+        };
+        let mut regions = Vec::new();
+        if let Some(a) = arena_region() {
+            regions.push(region_status(
+                a,
+                "arena",
+                self.arena.mapped_bytes() as u64,
+                ARENA_DISCARDS.load(Ordering::Relaxed),
+            ));
+        }
+        for f in &self.fixed {
+            regions.push(region_status(
+                &f.region,
+                f.kind.name(),
+                f.region.len() as u64,
+                f.discards,
+            ));
+        }
+        ProcessStatus {
+            pid: std::process::id(),
+            program: self.program.clone(),
+            budget_bytes: self.budget as u64,
+            policy: self.policy.to_string(),
+            chunk_size: cs,
+            min_region_bytes: self.config.min_region as u64,
+            at_unix_ms: now_ms(),
+            started_unix_ms: self.started_ms,
+            unmanaged_mappings: self.unmanaged,
+            regions,
+        }
+    }
+}
+
+/// The status of this process (for the control socket).
+pub fn status() -> ProcessStatus {
+    match lock().as_ref() {
+        Some(p) => p.status(),
+        None => ProcessStatus {
+            pid: std::process::id(),
+            ..Default::default()
+        },
+    }
+}
+
+/// Sets the process budget and/or policy (for the control socket).
+pub fn set(budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
+    let mut guard = lock();
+    let Some(p) = guard.as_mut() else {
+        return Err("this process is not managed".into());
+    };
+    let spec = match policy {
+        Some(text) => {
+            let spec: PolicySpec = text.parse().map_err(|e| format!("policy '{text}': {e}"))?;
+            if spec.is_offline() {
+                return Err(format!(
+                    "policy '{text}': an offline policy cannot page a live program"
+                ));
+            }
+            Some(spec)
+        }
+        None => None,
+    };
+    if let Some(b) = budget {
+        let b = usize::try_from(b).map_err(|_| format!("budget {b} is too large"))?;
+        if b < p.config.chunk_size {
+            return Err(format!(
+                "budget {b} is smaller than one chunk ({} bytes)",
+                p.config.chunk_size
+            ));
+        }
+        p.budget = b;
+        p.rebalance()?;
+    }
+    if let Some(spec) = spec {
+        let mut regions: Vec<RegionRef> =
+            arena_region().map(|a| RegionRef(a)).into_iter().collect();
+        regions.extend(p.fixed.iter().map(|f| RegionRef(&f.region)));
+        for r in regions {
+            let spec = spec.clone();
+            // SAFETY: the state lock is held until the worker has run this, so the region
+            // outlives the job.
+            run_on_worker(move || unsafe { r.get() }.set_policy(spec).map_err(|_| libc::EIO))
+                .map_err(|_| "setting the policy failed".to_string())?;
+        }
+        p.policy = spec;
+    }
+    Ok(())
+}
+
+/// Carves `len` bytes from the arena; `None` leaves the mapping to the kernel.
+pub fn arena_map(len: usize) -> Option<usize> {
+    let mut guard = lock();
+    let p = guard.as_mut()?;
+    match p.arena.alloc(len) {
+        Some(off) => Some(ARENA_START.load(Ordering::Acquire) + off),
+        None => {
+            p.note_unmanaged(len, "the arena is full (raise --arena)");
+            None
+        }
+    }
+}
+
+/// Discards `[addr, addr + len)` of the arena (page-aligned, inside it).
+fn arena_discard(addr: usize, len: usize) -> Result<(), c_int> {
+    let Some(region) = arena_region() else {
+        return Err(libc::EINVAL);
+    };
+    let off = addr - ARENA_START.load(Ordering::Acquire);
+    ARENA_DISCARDS.fetch_add(1, Ordering::Relaxed);
+    run_on_worker(move || {
+        region.discard(off, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
+    })
+}
+
+/// Unmaps `[addr, addr + len)` of the arena: the program's pages there read as zeros from now
+/// on and whole chunks return to the free list.
+pub fn arena_unmap(addr: usize, len: usize) -> Result<(), c_int> {
+    let base = ARENA_START.load(Ordering::Acquire);
+    let released = {
+        let mut guard = lock();
+        let p = guard.as_mut().ok_or(libc::EINVAL)?;
+        p.arena.unmap(addr - base, len)
+    };
+    let mut result = Ok(());
+    for d in &released.discard {
+        if let Err(e) = arena_discard(base + d.0, d.1) {
+            result = Err(e);
+        }
+    }
+    let mut guard = lock();
+    if let Some(p) = guard.as_mut() {
+        for c in released.chunks {
+            p.arena.add_free(c);
+        }
+    }
+    result
+}
+
+/// `MAP_FIXED` of private anonymous memory over arena space: the range reads as zeros, is the
+/// program's again, and gets protection `prot`.
+pub fn arena_remap_fixed(addr: usize, len: usize, prot: c_int) -> Result<(), c_int> {
+    let base = ARENA_START.load(Ordering::Acquire);
+    {
+        let mut guard = lock();
+        let p = guard.as_mut().ok_or(libc::EINVAL)?;
+        if !p.arena.claim(addr - base, len) {
+            p.note_unmanaged(len, "MAP_FIXED over a partly free part of the arena");
+            return Err(libc::ENOMEM);
+        }
+    }
+    arena_discard(addr, len)?;
+    // SAFETY: the range is arena memory the program owns and asked to remap with `prot`.
+    if unsafe { crate::raw_calls::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+        return Err(libc::ENOMEM);
+    }
+    Ok(())
+}
+
+/// Discards `[addr, addr + len)` of arena memory (`MADV_DONTNEED` and friends).
+pub fn arena_advise_discard(addr: usize, len: usize) -> Result<(), c_int> {
+    arena_discard(addr, len)
+}
+
+/// Grows or shrinks an arena mapping (`mremap`); returns the new address.
+pub fn arena_remap(
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    may_move: bool,
+) -> Result<usize, c_int> {
+    let page = memvisor_pager::page_size();
+    let base = ARENA_START.load(Ordering::Acquire);
+    let (old_len, new_len) = (
+        old_len.next_multiple_of(page),
+        new_len.next_multiple_of(page),
+    );
+    if new_len == 0 {
+        return Err(libc::EINVAL);
+    }
+    {
+        let guard = lock();
+        let p = guard.as_ref().ok_or(libc::EINVAL)?;
+        if !p.arena.is_mapped(old - base, old_len) {
+            return Err(libc::EFAULT);
+        }
+    }
+    if new_len <= old_len {
+        if new_len < old_len {
+            arena_unmap(old + new_len, old_len - new_len)?;
+        }
+        return Ok(old);
+    }
+    {
+        let mut guard = lock();
+        let p = guard.as_mut().ok_or(libc::EINVAL)?;
+        if p.arena.grow_in_place(old - base, old_len, new_len) {
+            return Ok(old);
+        }
+    }
+    if !may_move {
+        return Err(libc::ENOMEM);
+    }
+    let new = arena_map(new_len).ok_or(libc::ENOMEM)?;
+    // SAFETY: both ranges are mapped arena memory of the program, disjoint (the new one was
+    // just carved from free chunks), and `old_len` fits both.
+    unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_len) };
+    arena_unmap(old, old_len)?;
+    Ok(new)
+}
+
+/// Creates a fixed region at `addr` (for `MAP_FIXED` or guest RAM) and rebalances the budget.
+/// `memfd`: the guest-RAM memfd to adopt (a duplicate is taken). `None` leaves the mapping to
+/// the kernel (the reason is printed once).
+pub fn fixed_map(
+    addr: Option<usize>,
+    len: usize,
+    kind: FixedKind,
+    memfd: Option<c_int>,
+) -> Option<usize> {
+    let mut guard = lock();
+    let p = guard.as_mut()?;
+    let Some(slot) = FIXED_SPANS
+        .iter()
+        .position(|(s, e)| s.load(Ordering::Acquire) == 0 && e.load(Ordering::Acquire) == 0)
+    else {
+        p.note_unmanaged(len, "too many fixed regions");
+        return None;
+    };
+    let total = p.arena_weight() + len + p.fixed.iter().map(|f| f.region.len()).sum::<usize>();
+    let budget = p.share(len, total);
+    let mut cfg = RegionConfig::new(len, budget, &p.config.swap_dir)
+        .policy(p.policy.clone())
+        .chunk_size(p.config.chunk_size)
+        .name(kind.name());
+    if let Some(a) = addr {
+        // SAFETY: the program asked for MAP_FIXED at `a`: it gives up whatever is there.
+        cfg = unsafe { cfg.address(a) };
+    }
+    if let Some(fd) = memfd {
+        // SAFETY: F_DUPFD_CLOEXEC takes a descriptor number and returns a new one or -1.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            p.note_unmanaged(len, "cannot duplicate the guest-RAM memfd");
+            return None;
+        }
+        // SAFETY: fcntl returned a fresh descriptor that nothing else owns.
+        cfg = cfg.memfd(unsafe { OwnedFd::from_raw_fd(dup) });
+    }
+    let region = match Region::new(cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            p.note_unmanaged(len, &e.to_string());
+            return None;
+        }
+    };
+    let start = region.as_ptr() as usize;
+    FIXED_SPANS[slot].0.store(start, Ordering::Release);
+    FIXED_SPANS[slot].1.store(
+        start + len.next_multiple_of(memvisor_pager::page_size()),
+        Ordering::Release,
+    );
+    FIXED_COUNT.fetch_add(1, Ordering::AcqRel);
+    p.fixed.push(FixedRegion {
+        region,
+        kind,
+        slot,
+        discards: 0,
+    });
+    if let Err(e) = p.rebalance() {
+        eprintln!("memvisor-preload: rebalancing budgets: {e}");
+    }
+    Some(start)
+}
+
+/// Unmaps `[addr, addr + len)` of fixed region `slot`: the whole region drops it; a part is
+/// discarded (reads as zeros; the mapping stays).
+pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
+    let mut guard = lock();
+    let p = guard.as_mut().ok_or(libc::EINVAL)?;
+    let i = p
+        .fixed
+        .iter()
+        .position(|f| f.slot == slot)
+        .ok_or(libc::EINVAL)?;
+    let start = p.fixed[i].region.as_ptr() as usize;
+    let whole = FIXED_SPANS[slot].1.load(Ordering::Acquire) - start;
+    if addr == start && len >= whole {
+        FIXED_SPANS[slot].0.store(0, Ordering::Release);
+        FIXED_SPANS[slot].1.store(0, Ordering::Release);
+        FIXED_COUNT.fetch_sub(1, Ordering::AcqRel);
+        let f = p.fixed.remove(i);
+        drop(f.region);
+        if let Err(e) = p.rebalance() {
+            eprintln!("memvisor-preload: rebalancing budgets: {e}");
+        }
+        return Ok(());
+    }
+    p.fixed[i].discards += 1;
+    let r = RegionRef(&p.fixed[i].region);
+    // SAFETY: the state lock is held until the worker has run this.
+    run_on_worker(move || {
+        // SAFETY: the state lock is held by the waiting caller, so the region is alive.
+        unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
+    })
+}
+
+/// Discards `[addr, addr + len)` of fixed region `slot`.
+pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
+    let mut guard = lock();
+    let p = guard.as_mut().ok_or(libc::EINVAL)?;
+    let f = p
+        .fixed
+        .iter_mut()
+        .find(|f| f.slot == slot)
+        .ok_or(libc::EINVAL)?;
+    f.discards += 1;
+    let start = f.region.as_ptr() as usize;
+    let r = RegionRef(&f.region);
+    // SAFETY: the state lock is held until the worker has run this.
+    run_on_worker(move || {
+        // SAFETY: the state lock is held by the waiting caller, so the region is alive.
+        unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
+            eprintln!("memvisor-preload: {e}");
+            libc::EIO
+        })
+    })
+}
+
+/// Records a large mapping left to the kernel.
+pub fn note_unmanaged(len: usize, why: &str) {
+    if let Some(p) = lock().as_mut() {
+        p.note_unmanaged(len, why);
+    }
+}

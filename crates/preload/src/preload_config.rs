@@ -1,0 +1,171 @@
+//! [`PreloadConfig`]: the preload library's settings, read from the environment `memvisor run`
+//! prepares (see `memvisor_control::launch_env`).
+
+use std::path::PathBuf;
+
+use memvisor_control::launch_env;
+use memvisor_pager::DEFAULT_CHUNK_SIZE;
+use memvisor_policy::PolicySpec;
+
+use crate::preload_error::PreloadError;
+
+/// Default smallest anonymous mapping that is managed.
+pub const DEFAULT_MIN_REGION: usize = 16 << 20;
+/// Default arena size when none is given.
+pub const DEFAULT_ARENA_SIZE: usize = 64 << 30;
+
+/// What the preload library manages and how.
+#[derive(Debug, Clone)]
+pub struct PreloadConfig {
+    /// Process budget in bytes.
+    pub budget: usize,
+    /// Policy of every region.
+    pub policy: PolicySpec,
+    /// Swap directory.
+    pub swap_dir: PathBuf,
+    /// Smallest anonymous mapping managed.
+    pub min_region: usize,
+    /// Virtual size of the arena.
+    pub arena_size: usize,
+    /// Control socket directory.
+    pub control_dir: PathBuf,
+    /// Whether exec'd children are managed too.
+    pub manage_children: bool,
+    /// Paging unit.
+    pub chunk_size: usize,
+}
+
+impl PreloadConfig {
+    /// Reads the configuration through `get` (the environment in production). `Ok(None)` when
+    /// the budget variable is absent: the library then stays inactive.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, PreloadError> {
+        let Some(budget) = get(launch_env::BUDGET) else {
+            return Ok(None);
+        };
+        let bytes = |name: &'static str, value: String| -> Result<usize, PreloadError> {
+            value
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| PreloadError::Env {
+                    name,
+                    value,
+                    reason: "expected a number of bytes".into(),
+                })
+        };
+        let chunk_size = DEFAULT_CHUNK_SIZE;
+        let budget = bytes(launch_env::BUDGET, budget)?;
+        if budget < chunk_size {
+            return Err(PreloadError::Env {
+                name: launch_env::BUDGET,
+                value: budget.to_string(),
+                reason: format!("smaller than one chunk ({chunk_size} bytes)"),
+            });
+        }
+        let policy = match get(launch_env::POLICY) {
+            None => memvisor_pager::DEFAULT_POLICY
+                .parse()
+                .unwrap_or(PolicySpec::Clock),
+            Some(v) => {
+                let p: PolicySpec = v.parse().map_err(|e| PreloadError::Env {
+                    name: launch_env::POLICY,
+                    value: v.clone(),
+                    reason: format!("{e}"),
+                })?;
+                if p.is_offline() {
+                    return Err(PreloadError::Env {
+                        name: launch_env::POLICY,
+                        value: v,
+                        reason: "an offline policy cannot page a live program".into(),
+                    });
+                }
+                p
+            }
+        };
+        let min_region = match get(launch_env::MIN_REGION) {
+            Some(v) => bytes(launch_env::MIN_REGION, v)?.max(4096),
+            None => DEFAULT_MIN_REGION,
+        };
+        let arena_size = match get(launch_env::ARENA_SIZE) {
+            Some(v) => bytes(launch_env::ARENA_SIZE, v)?,
+            None => DEFAULT_ARENA_SIZE,
+        };
+        if arena_size < chunk_size {
+            return Err(PreloadError::Env {
+                name: launch_env::ARENA_SIZE,
+                value: arena_size.to_string(),
+                reason: format!("smaller than one chunk ({chunk_size} bytes)"),
+            });
+        }
+        Ok(Some(Self {
+            budget,
+            policy,
+            swap_dir: get(launch_env::SWAP_DIR)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/var/tmp")),
+            min_region,
+            arena_size,
+            control_dir: get(launch_env::CONTROL_DIR)
+                .map(PathBuf::from)
+                .unwrap_or_else(memvisor_control::socket_dir::default_control_dir),
+            manage_children: get(launch_env::MANAGE_CHILDREN).is_some_and(|v| v == "1"),
+            chunk_size,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<Option<PreloadConfig>, PreloadError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        PreloadConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn inactive_without_budget() {
+        assert!(read(&[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn reads_every_setting() {
+        let c = read(&[
+            (launch_env::BUDGET, "67108864"),
+            (launch_env::POLICY, "clock"),
+            (launch_env::SWAP_DIR, "/tmp/s"),
+            (launch_env::MIN_REGION, "1048576"),
+            (launch_env::ARENA_SIZE, "1073741824"),
+            (launch_env::CONTROL_DIR, "/tmp/c"),
+            (launch_env::MANAGE_CHILDREN, "1"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.budget, 64 << 20);
+        assert_eq!(c.policy, PolicySpec::Clock);
+        assert_eq!(c.swap_dir, PathBuf::from("/tmp/s"));
+        assert_eq!((c.min_region, c.arena_size), (1 << 20, 1 << 30));
+        assert!(c.manage_children);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            (launch_env::BUDGET, "lots"),
+            (launch_env::BUDGET, "4096"),
+            (launch_env::POLICY, "nope"),
+            (launch_env::POLICY, "opt"),
+            (launch_env::MIN_REGION, "-1"),
+            (launch_env::ARENA_SIZE, "1"),
+        ] {
+            let mut pairs = vec![(launch_env::BUDGET, "67108864")];
+            pairs.retain(|p| p.0 != k);
+            pairs.push((k, v));
+            let e = read(&pairs).unwrap_err().to_string();
+            assert!(e.contains(k), "{e}");
+        }
+    }
+}
