@@ -17,7 +17,7 @@ use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
 /// `sample` (access sampling interval: `1s`, `100ms`, `off`), `resolve` (`copy` |
 /// `alias-continue`), `dirty` (`on` | `off`: dirty tracking), `pageout` (`sync` | `threads` |
 /// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
-/// asynchronous page-out). New pager settings are added here
+/// asynchronous page-out), `readahead` (`on` | `off`). New pager settings are added here
 /// (one key each) and reach the workload child unchanged through the variant's spelling.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegionOptions {
@@ -37,6 +37,8 @@ pub struct RegionOptions {
     pub depth: Option<usize>,
     /// Asynchronous page-out headroom in chunks.
     pub headroom: Option<usize>,
+    /// Sequential readahead on or off.
+    pub readahead: Option<bool>,
 }
 
 impl RegionOptions {
@@ -72,6 +74,9 @@ impl RegionOptions {
         if let Some(h) = self.headroom {
             config = config.headroom(h);
         }
+        if let Some(r) = self.readahead {
+            config = config.readahead(r);
+        }
         config
     }
 
@@ -98,6 +103,13 @@ impl RegionOptions {
                     _ => return Err(bad("dirty must be on or off".into())),
                 })
             }
+            "readahead" => {
+                self.readahead = Some(match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad("readahead must be on or off".into())),
+                })
+            }
             "pageout" => {
                 value
                     .parse::<PageOut>()
@@ -119,7 +131,7 @@ impl RegionOptions {
             _ => {
                 return Err(bad(format!(
                     "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
-                     pageout, depth, headroom)"
+                     pageout, depth, headroom, readahead)"
                 )))
             }
         }
@@ -213,6 +225,9 @@ impl fmt::Display for Variant {
                 if let Some(n) = o.headroom {
                     write!(f, ":headroom={n}")?;
                 }
+                if let Some(r) = o.readahead {
+                    write!(f, ":readahead={}", if r { "on" } else { "off" })?;
+                }
                 Ok(())
             }
         }
@@ -235,6 +250,7 @@ mod tests {
             "memvisor:chunk=1M:policy=clock:sample=off:resolve=alias-continue:dirty=off",
             "memvisor:pageout=io-uring:depth=8:headroom=4",
             "memvisor:pageout=sync",
+            "memvisor:readahead=off",
             "memvisor:sample=100ms",
             "memvisor:sample=1500us",
             "memvisor:sample=2s",
