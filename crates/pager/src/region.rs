@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use memvisor_policy::PolicySpec;
@@ -183,6 +183,8 @@ impl Region {
             commands: CommandQueue::new(wake),
             budget_chunks: AtomicUsize::new(budget_chunks),
             policy: Mutex::new(config.policy.to_string()),
+            running: Mutex::new(false),
+            started: Condvar::new(),
         });
         shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
         let mut handler = FaultHandler::new(
@@ -231,6 +233,16 @@ impl Region {
                 region: name.clone(),
                 source,
             })?;
+        // Return only once the handler serves: the first fault or command then never waits
+        // for a thread that is still starting.
+        if let Ok(mut running) = shared.running.lock() {
+            while !*running {
+                running = match shared.started.wait(running) {
+                    Ok(r) => r,
+                    Err(_) => break,
+                };
+            }
+        }
         Ok(Self {
             shared,
             handler: Some(thread),

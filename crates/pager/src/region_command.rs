@@ -2,12 +2,14 @@
 //! run time (new budget, new policy, discard a range), and how the request reaches it.
 //!
 //! The handler thread owns all of a region's paging state, so a change is made by that thread,
-//! between two faults: the caller queues a command, wakes the handler's `poll` through an
-//! eventfd and waits for the answer.
+//! between two faults: the caller puts its command in the queue's single slot, wakes the
+//! handler's `poll` through an eventfd and waits on a condition variable for the answer.
+//!
+//! Submitting allocates nothing and touches no thread-local state (a mutex, a condition
+//! variable and an eventfd write): an `LD_PRELOAD` shim calls it from inside the program's own
+//! `munmap` or `madvise`, where the program's allocator may hold its locks.
 
-use std::collections::VecDeque;
-use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use memvisor_policy::PolicySpec;
 
@@ -26,45 +28,127 @@ pub(crate) enum RegionCommand {
     Discard { offset: usize, len: usize },
 }
 
-type Reply = SyncSender<Result<(), PagerError>>;
+/// The slot one command and its answer pass through.
+#[derive(Debug, Default)]
+struct Slot {
+    command: Option<RegionCommand>,
+    answer: Option<Result<(), PagerError>>,
+    /// Set by the handler when it stops: no command will be answered any more.
+    closed: bool,
+}
 
-/// Commands waiting for the handler, and the eventfd that wakes it.
+/// One command at a time between callers and the handler.
 #[derive(Debug)]
 pub(crate) struct CommandQueue {
-    pending: Mutex<VecDeque<(RegionCommand, Reply)>>,
+    /// Held by a caller from submitting until it has its answer: one command in flight.
+    turn: Mutex<()>,
+    slot: Mutex<Slot>,
+    answered: Condvar,
     pub wake: EventFd,
 }
 
 impl CommandQueue {
     pub fn new(wake: EventFd) -> Self {
         Self {
-            pending: Mutex::new(VecDeque::new()),
+            turn: Mutex::new(()),
+            slot: Mutex::new(Slot::default()),
+            answered: Condvar::new(),
             wake,
         }
     }
 
-    /// Queues `cmd`, wakes the handler and waits for its answer. `region` names the region in
-    /// the error if the handler is gone.
+    /// Hands `cmd` to the handler, wakes it and waits for its answer. `region` names the region
+    /// in the error if the handler is gone.
     pub fn submit(&self, region: &str, cmd: RegionCommand) -> Result<(), PagerError> {
-        let (tx, rx) = sync_channel(1);
-        match self.pending.lock() {
-            Ok(mut q) => q.push_back((cmd, tx)),
-            Err(_) => return Err(Self::gone(region)),
+        let Ok(_turn) = self.turn.lock() else {
+            return Err(Self::gone(region));
+        };
+        let Ok(mut slot) = self.slot.lock() else {
+            return Err(Self::gone(region));
+        };
+        if slot.closed {
+            return Err(Self::gone(region));
         }
+        slot.command = Some(cmd);
+        slot.answer = None;
         self.wake.signal();
-        rx.recv().unwrap_or_else(|_| Err(Self::gone(region)))
+        loop {
+            if let Some(a) = slot.answer.take() {
+                return a;
+            }
+            if slot.closed {
+                return Err(Self::gone(region));
+            }
+            slot = match self.answered.wait(slot) {
+                Ok(s) => s,
+                Err(_) => return Err(Self::gone(region)),
+            };
+        }
     }
 
-    /// Takes every queued command (the handler answers each through its reply sender).
-    pub fn take_all(&self) -> Vec<(RegionCommand, Reply)> {
+    /// Takes the pending command, if any (the handler answers it with [`answer`]).
+    ///
+    /// [`answer`]: Self::answer
+    pub fn take(&self) -> Option<RegionCommand> {
         self.wake.clear();
-        match self.pending.lock() {
-            Ok(mut q) => q.drain(..).collect(),
-            Err(_) => Vec::new(),
+        self.slot.lock().ok()?.command.take()
+    }
+
+    /// Delivers the answer to the command last taken.
+    pub fn answer(&self, a: Result<(), PagerError>) {
+        if let Ok(mut slot) = self.slot.lock() {
+            slot.answer = Some(a);
+            self.answered.notify_all();
+        }
+    }
+
+    /// The handler stops: callers waiting now, and later ones, get an error.
+    pub fn close(&self) {
+        if let Ok(mut slot) = self.slot.lock() {
+            slot.closed = true;
+            slot.command = None;
+            self.answered.notify_all();
         }
     }
 
     fn gone(region: &str) -> PagerError {
         PagerError::Config(format!("{region}: the fault handler is not running"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_command_is_answered_and_a_closed_queue_refuses() {
+        let q = Arc::new(CommandQueue::new(EventFd::new().unwrap()));
+        let handler = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let mut served = 0;
+                while served < 2 {
+                    if let Some(cmd) = q.take() {
+                        served += 1;
+                        let r = match cmd {
+                            RegionCommand::SetBudget(0) => Err(PagerError::Config("zero".into())),
+                            _ => Ok(()),
+                        };
+                        q.answer(r);
+                    }
+                    std::thread::yield_now();
+                }
+                q.close();
+            })
+        };
+        assert!(q.submit("r", RegionCommand::SetBudget(3)).is_ok());
+        let e = q.submit("r", RegionCommand::SetBudget(0)).unwrap_err();
+        assert!(e.to_string().contains("zero"), "{e}");
+        handler.join().unwrap();
+        let e = q
+            .submit("r", RegionCommand::Discard { offset: 0, len: 1 })
+            .unwrap_err();
+        assert!(e.to_string().contains("not running"), "{e}");
     }
 }

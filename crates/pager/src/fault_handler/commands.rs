@@ -13,7 +13,7 @@ use crate::region_stats::{add, sub};
 impl FaultHandler {
     /// Carries out every queued command and answers each caller.
     pub(super) fn run_commands(&mut self) {
-        for (cmd, reply) in self.shared.commands.take_all() {
+        while let Some(cmd) = self.shared.commands.take() {
             let r = match cmd {
                 RegionCommand::SetBudget(chunks) => {
                     let spec = self.policy_spec.clone();
@@ -28,7 +28,7 @@ impl FaultHandler {
                     Ok(())
                 }
             };
-            let _ = reply.send(r);
+            self.shared.commands.answer(r);
         }
     }
 

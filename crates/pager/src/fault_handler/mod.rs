@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use memvisor_policy::{EvictionPolicy, PolicySpec};
@@ -57,6 +57,9 @@ pub(crate) struct HandlerShared {
     pub budget_chunks: AtomicUsize,
     /// The policy's spec, as the handler runs it now.
     pub policy: Mutex<String>,
+    /// Set (and announced) once the handler thread runs.
+    pub running: Mutex<bool>,
+    pub started: Condvar,
 }
 
 impl HandlerShared {
@@ -183,6 +186,15 @@ impl FaultHandler {
 
     /// Serves faults until the stop eventfd is written or the userfaultfd fails.
     pub fn run(mut self) {
+        if let Ok(mut r) = self.shared.running.lock() {
+            *r = true;
+            self.shared.started.notify_all();
+        }
+        self.serve();
+        self.shared.commands.close();
+    }
+
+    fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.sample_interval.map(|i| Instant::now() + i);
         loop {
