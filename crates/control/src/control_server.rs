@@ -110,13 +110,16 @@ fn serve_connection(stream: UnixStream, owner: u32, handler: &dyn ControlHandler
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
+    let mut reader = BufReader::new(stream);
     if !allowed {
+        // Answer the first request rather than close at once: a client still sending it would
+        // otherwise see a broken pipe instead of the reason.
+        let _ = read_line_limited(&mut reader, MAX_REQUEST_BYTES);
         let _ = writer.write_all(&encode_response(&Response::error(
             "permission denied: only root or the process's user may control it",
         )));
         return;
     }
-    let mut reader = BufReader::new(stream);
     loop {
         let line = match read_line_limited(&mut reader, MAX_REQUEST_BYTES) {
             Ok(Some(l)) => l,
