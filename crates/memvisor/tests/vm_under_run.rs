@@ -178,7 +178,10 @@ fn check_guest_results(run: &GuestRun, patterns: &[MemPhaseKind]) {
     let pages = DATA_MIB * MIB / 4096;
     for phase in run.mem_phases() {
         assert!(phase.ok && phase.errors == 0, "{phase:?}");
-        assert_eq!((phase.mib, phase.pages, phase.reads), (DATA_MIB, pages, pages));
+        assert_eq!(
+            (phase.mib, phase.pages, phase.reads),
+            (DATA_MIB, pages, pages)
+        );
     }
 }
 
@@ -206,7 +209,10 @@ fn check_paging(samples: &[Sample], kind: &str) -> RegionStatus {
         assert_eq!(st.budget_bytes, BUDGET_BYTES, "{st:?}");
         let slack = st.regions.len() as u64 * st.chunk_size;
         let split: u64 = st.regions.iter().map(|r| r.budget_bytes).sum();
-        assert!(split <= BUDGET_BYTES + slack, "budget split {split}: {st:?}");
+        assert!(
+            split <= BUDGET_BYTES + slack,
+            "budget split {split}: {st:?}"
+        );
         for r in &st.regions {
             assert!(
                 r.resident_bytes <= r.budget_bytes + r.overrun_chunks * st.chunk_size,
