@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 
 /// `struct page_region`.
@@ -40,6 +41,7 @@ struct PmScanArg {
 
 /// `PAGEMAP_SCAN = _IOWR('f', 16, struct pm_scan_arg)`.
 const PAGEMAP_SCAN: u64 = (3 << 30) | ((size_of::<PmScanArg>() as u64) << 16) | (0x66 << 8) | 16;
+const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
 const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
 const PAGE_IS_WRITTEN: u64 = 1 << 1;
 
@@ -80,6 +82,52 @@ impl Pagemap {
             return Err(io::Error::last_os_error());
         }
         Ok(r > 0)
+    }
+
+    /// The address ranges of `[start, start + len)` written since they were last
+    /// write-protected (adjacent ranges merged, in address order), write-protecting them again
+    /// in the same `PAGEMAP_SCAN` call (`PM_SCAN_WP_MATCHING`), so a write that lands after the
+    /// call shows in the next one and none is lost. With `all`, every page of the range is
+    /// write-protected (the start of tracking) and the written ones are still returned.
+    pub fn take_written(&self, start: usize, len: usize, all: bool) -> io::Result<Vec<Range<u64>>> {
+        let end = (start + len) as u64;
+        let mut regions = [PageRegion::default(); 64];
+        let mut out: Vec<Range<u64>> = Vec::new();
+        let mut from = start as u64;
+        while from < end {
+            let mut arg = PmScanArg {
+                size: size_of::<PmScanArg>() as u64,
+                flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                start: from,
+                end,
+                vec: regions.as_mut_ptr() as u64,
+                vec_len: regions.len() as u64,
+                category_mask: if all { 0 } else { PAGE_IS_WRITTEN },
+                return_mask: PAGE_IS_WRITTEN,
+                ..Default::default()
+            };
+            // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len`
+            // live, writable `page_region`s; the kernel reads and write-protects page tables of
+            // the given range only (registered with userfaultfd WP_ASYNC by the caller).
+            let r = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for reg in &regions[..r as usize] {
+                if reg.categories & PAGE_IS_WRITTEN == 0 {
+                    continue;
+                }
+                match out.last_mut() {
+                    Some(last) if last.end == reg.start => last.end = reg.end,
+                    _ => out.push(reg.start..reg.end),
+                }
+            }
+            if arg.walk_end <= from {
+                break;
+            }
+            from = arg.walk_end;
+        }
+        Ok(out)
     }
 }
 
