@@ -52,7 +52,11 @@ impl StressSettings {
 pub fn run_stress(s: &StressSettings) -> Result<(), BenchError> {
     let pages = s.size / PAGE;
     if pages == 0 {
-        return Err(BenchError::bad("stress size", s.size.to_string(), "below one page"));
+        return Err(BenchError::bad(
+            "stress size",
+            s.size.to_string(),
+            "below one page",
+        ));
     }
     let spec = s.workload_spec();
     let w: WorkloadSpec = spec

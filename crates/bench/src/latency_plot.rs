@@ -41,7 +41,10 @@ pub fn latency_svg(title: &str, subtitle: &str, series: &[LatencySeries]) -> Str
     let (y0, y1) = if lo == f64::MAX {
         (0.0, 1.0)
     } else {
-        (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
+        (
+            lo.log10().floor(),
+            hi.log10().ceil().max(lo.log10().floor() + 1.0),
+        )
     };
     let x_top = nice_ceiling(max_x);
     let plot_w = WIDTH - LEFT - RIGHT;

@@ -35,8 +35,11 @@ pub struct LoadSettings {
     pub value_size: usize,
     /// Zipf exponent of key popularity.
     pub alpha: f64,
-    /// Seed of the key sequence.
+    /// Seed of the key sequence (it also fixes which keys are popular: keep it for a series).
     pub seed: u64,
+    /// Requests of the sequence to skip (those of earlier points of the series), so that each
+    /// point continues the stream with the same popular keys.
+    pub skip: u64,
     /// Most requests in flight before the writer waits.
     pub max_outstanding: u64,
     /// Longest wait for any one reply.
@@ -72,7 +75,7 @@ fn key_stream(s: &LoadSettings) -> Result<impl Iterator<Item = u64>, BenchError>
     let w: WorkloadSpec = spec
         .parse()
         .map_err(|e| BenchError::bad("key distribution", spec.clone(), format!("{e}")))?;
-    Ok(w.requests().map(|r| r.unit))
+    Ok(w.requests().skip(s.skip as usize).map(|r| r.unit))
 }
 
 /// Value at quantile `q` of sorted `v` (nearest rank).
@@ -110,7 +113,16 @@ pub fn paced_gets(addr: &str, s: &LoadSettings) -> Result<LoadResult, BenchError
                 detail: e.to_string(),
             })?
     };
-    let read = read_replies(reader, &addr, key_stream(s)?, start, interval, s, &sent, &received);
+    let read = read_replies(
+        reader,
+        &addr,
+        key_stream(s)?,
+        start,
+        interval,
+        s,
+        &sent,
+        &received,
+    );
     let wrote = writer_thread.join().map_err(|_| BenchError::Redis {
         addr: addr.clone(),
         detail: "paced writer panicked".into(),
@@ -124,7 +136,10 @@ pub fn paced_gets(addr: &str, s: &LoadSettings) -> Result<LoadResult, BenchError
         });
     }
     lat.sort_unstable();
-    let span = last.saturating_duration_since(start).as_secs_f64().max(1e-9);
+    let span = last
+        .saturating_duration_since(start)
+        .as_secs_f64()
+        .max(1e-9);
     let us = |ns: u64| ns as f64 / 1000.0;
     Ok(LoadResult {
         offered_rps: s.rate,
@@ -272,6 +287,7 @@ mod tests {
             value_size: 16,
             alpha: 0.99,
             seed: 3,
+            skip: 0,
             max_outstanding: 1,
             reply_timeout: Duration::from_secs(1),
         };
@@ -285,5 +301,13 @@ mod tests {
         let a: Vec<u64> = key_stream(&s).unwrap().take(50).collect();
         let b: Vec<u64> = key_stream(&s).unwrap().take(50).collect();
         assert_eq!(a, b, "writer and reader see the same keys");
+        let c: Vec<u64> = key_stream(&LoadSettings {
+            skip: 10,
+            ..s.clone()
+        })
+        .unwrap()
+        .take(40)
+        .collect();
+        assert_eq!(c, a[10..], "a later point continues the stream");
     }
 }

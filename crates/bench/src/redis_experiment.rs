@@ -35,8 +35,12 @@ pub struct ExperimentSettings {
     pub budget: String,
     /// Policies, in run order.
     pub policies: Vec<String>,
-    /// Chunk sizes (as `--chunk-size` takes them).
-    pub chunk_sizes: Vec<String>,
+    /// Chunk size of every policy's series and of the stress runs (as `--chunk-size` takes it).
+    pub chunk_size: String,
+    /// Further chunk sizes, run with `compare_policy` only.
+    pub compare_chunk_sizes: Vec<String>,
+    /// The policy of the chunk-size comparison.
+    pub compare_policy: String,
     /// Keys in the data set.
     pub keys: u64,
     /// Bytes per value.
@@ -53,7 +57,7 @@ pub struct ExperimentSettings {
     pub swap_dir: PathBuf,
     /// Scratch directory (control sockets).
     pub work_dir: PathBuf,
-    /// The stress workload (its chunk size is the first of `chunk_sizes`).
+    /// The stress workload.
     pub stress: StressSettings,
     /// Budget of the stress runs.
     pub stress_budget: String,
@@ -169,7 +173,10 @@ fn fill(c: &mut RespConnection, keys: u64, size: usize) -> Result<(), BenchError
         out.clear();
         let last = (first + BATCH).min(keys);
         for i in first..last {
-            encode_command(&mut out, &[b"SET", key_name(i).as_bytes(), &value_of(i, size)]);
+            encode_command(
+                &mut out,
+                &[b"SET", key_name(i).as_bytes(), &value_of(i, size)],
+            );
         }
         c.send(&out)?;
         for i in first..last {
@@ -227,7 +234,10 @@ fn connect_when_up(addr: &str, m: &mut ManagedProcess) -> Result<RespConnection,
             Err(e) if start.elapsed() > Duration::from_secs(30) => return Err(e),
             Err(_) => {
                 if let Ok(Some(st)) = m.child.try_wait() {
-                    return Err(redis_error(addr, format!("redis under memvisor run exited: {st}")));
+                    return Err(redis_error(
+                        addr,
+                        format!("redis under memvisor run exited: {st}"),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(50))
             }
@@ -276,23 +286,28 @@ pub fn run_series(
         e.value_size,
         used >> 20
     );
-    let load = |rate: f64, duration: Duration| LoadSettings {
+    let load = |rate: f64, duration: Duration, skip: u64| LoadSettings {
         rate,
         duration,
         keys: e.keys,
         value_size: e.value_size,
         alpha: e.alpha,
-        seed: rate as u64 + 1,
-        max_outstanding: 4096,
+        seed: 1,
+        skip,
+        // Half a second of requests (64..4096) may wait: past saturation, latency is then
+        // about that queue over the service rate, and a point drains in bounded time.
+        max_outstanding: ((rate * 0.5) as u64).clamp(64, 4096),
         reply_timeout: Duration::from_secs(60),
     };
+    let mut sent = 0;
     if !e.warmup.is_zero() {
-        paced_gets(&addr, &load(e.rates[0], e.warmup))?;
+        sent += paced_gets(&addr, &load(e.rates[0], e.warmup, sent))?.requests;
     }
     let mut points = Vec::new();
     for &rate in &e.rates {
         let before = counters(&m.status()?);
-        let r = paced_gets(&addr, &load(rate, e.point))?;
+        let r = paced_gets(&addr, &load(rate, e.point, sent))?;
+        sent += r.requests;
         let after = counters(&m.status()?);
         let _ = writeln!(
             log,
@@ -337,7 +352,7 @@ pub fn run_series(
 
 /// One stress run under `policy`.
 pub fn run_stress_under(e: &ExperimentSettings, policy: &str) -> Result<StressRecord, BenchError> {
-    let chunk = e.chunk_sizes.first().map(String::as_str).unwrap_or("1M");
+    let chunk = e.chunk_size.as_str();
     let s = &e.stress;
     let program: Vec<OsString> = vec![
         e.stress_program.clone().into_os_string(),
@@ -399,10 +414,11 @@ pub fn run_redis_experiment(
     log: &mut dyn Write,
 ) -> Result<ExperimentReport, BenchError> {
     let mut series = Vec::new();
-    for chunk in &e.chunk_sizes {
-        for policy in &e.policies {
-            series.push(run_series(e, policy, chunk, log)?);
-        }
+    for policy in &e.policies {
+        series.push(run_series(e, policy, &e.chunk_size, log)?);
+    }
+    for chunk in &e.compare_chunk_sizes {
+        series.push(run_series(e, &e.compare_policy, chunk, log)?);
     }
     let mut stress = Vec::new();
     for policy in &e.policies {

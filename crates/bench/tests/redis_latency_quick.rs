@@ -25,18 +25,35 @@ fn build_memvisor(bin_dir: &Path) {
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "memvisor", "-p", "memvisor-preload"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "memvisor",
+            "-p",
+            "memvisor-preload",
+        ])
         .args(["--profile", &profile])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(st.success(), "cargo build -p memvisor -p memvisor-preload failed");
+    assert!(
+        st.success(),
+        "cargo build -p memvisor -p memvisor-preload failed"
+    );
 }
 
 #[test]
 fn quick_run_covers_every_policy_and_verifies_the_data() {
-    if Command::new("redis-server").arg("--version").output().is_err() {
-        assert!(!in_ci(), "CI: redis-server missing (scripts/install installs it)");
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            !in_ci(),
+            "CI: redis-server missing (scripts/install installs it)"
+        );
         eprintln!("SKIPPED: redis-server is not installed (scripts/install installs it)");
         return;
     }
@@ -60,7 +77,10 @@ fn quick_run_covers_every_policy_and_verifies_the_data() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "redis-latency --quick failed:\n{stderr}");
+    assert!(
+        o.status.success(),
+        "redis-latency --quick failed:\n{stderr}"
+    );
     let report: Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let series = report["series"].as_array().unwrap();
@@ -70,7 +90,10 @@ fn quick_run_covers_every_policy_and_verifies_the_data() {
         .collect();
     assert_eq!(policies, ["fifo", "clock", "chunk-queues"]);
     for s in series {
-        assert_eq!(s["chunk_size"], 65536, "--chunk-size reached the pager: {s}");
+        assert_eq!(
+            s["chunk_size"], 65536,
+            "--chunk-size reached the pager: {s}"
+        );
         assert_eq!(s["budget"], 16 << 20);
         assert_eq!(s["verified_keys"], 2048, "every value compared: {s}");
         assert!(

@@ -9,7 +9,10 @@ use memvisor_bench::byte_size::parse_bytes;
 use memvisor_bench::hot_scan_stress::{run_stress, StressSettings};
 
 #[derive(Parser)]
-#[command(name = "hot-scan-stress", about = "A hot set polluted by scans, for memvisor run")]
+#[command(
+    name = "hot-scan-stress",
+    about = "A hot set polluted by scans, for memvisor run"
+)]
 struct Cli {
     /// Bytes mapped (with the public mmap, so memvisor run manages them).
     #[arg(long, default_value = "256M")]

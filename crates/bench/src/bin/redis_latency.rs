@@ -29,16 +29,22 @@ struct Cli {
     /// Policies, comma-separated.
     #[arg(long, default_value = "fifo,clock,chunk-queues", value_delimiter = ',')]
     policies: Vec<String>,
-    /// Chunk sizes, comma-separated [64K,1M; --quick 64K].
+    /// Chunk size of every policy's series and of the stress runs.
+    #[arg(long, default_value = "64K")]
+    chunk_size: String,
+    /// Further chunk sizes, each one series with --compare-policy [256K,1M; --quick none].
     #[arg(long, value_delimiter = ',')]
-    chunk_sizes: Vec<String>,
+    compare_chunk_sizes: Vec<String>,
+    /// Policy of the chunk-size comparison.
+    #[arg(long, default_value = "clock")]
+    compare_policy: String,
     /// Keys in the data set [16384; --quick 2048].
     #[arg(long)]
     keys: Option<u64>,
     /// Bytes per value.
     #[arg(long, default_value = "16K")]
     value_size: String,
-    /// Offered GET rates per second, comma-separated [1000,2000,4000,8000,16000,32000; --quick 500,2000].
+    /// Offered GET rates per second, comma-separated [250,500,1000,1500,2000,3000; --quick 500,2000].
     #[arg(long, value_delimiter = ',')]
     rates: Vec<f64>,
     /// Seconds per load point [6; --quick 1].
@@ -116,20 +122,21 @@ fn settings(cli: &Cli) -> Result<ExperimentSettings, BenchError> {
         .budget
         .clone()
         .unwrap_or_else(|| if q { "16M" } else { "96M" }.into());
-    let chunk_sizes = if cli.chunk_sizes.is_empty() {
-        if q {
-            vec!["64K".to_string()]
-        } else {
-            vec!["64K".to_string(), "1M".to_string()]
-        }
+    let compare_chunk_sizes = if cli.compare_chunk_sizes.is_empty() && !q {
+        vec!["256K".to_string(), "1M".to_string()]
     } else {
-        cli.chunk_sizes.clone()
+        // `--compare-chunk-sizes ''`: no comparison.
+        cli.compare_chunk_sizes
+            .iter()
+            .filter(|c| !c.is_empty())
+            .cloned()
+            .collect()
     };
     let rates = if cli.rates.is_empty() {
         if q {
             vec![500.0, 2000.0]
         } else {
-            vec![1000.0, 2000.0, 4000.0, 8000.0, 16000.0, 32000.0]
+            vec![250.0, 500.0, 1000.0, 1500.0, 2000.0, 3000.0]
         }
     } else {
         cli.rates.clone()
@@ -162,7 +169,9 @@ fn settings(cli: &Cli) -> Result<ExperimentSettings, BenchError> {
         stress_budget: cli.stress_budget.clone().unwrap_or_else(|| budget.clone()),
         budget,
         policies: cli.policies.clone(),
-        chunk_sizes,
+        chunk_size: cli.chunk_size.clone(),
+        compare_chunk_sizes,
+        compare_policy: cli.compare_policy.clone(),
         keys: cli.keys.unwrap_or(if q { 2048 } else { 16384 }),
         value_size: parse_bytes("--value-size", &cli.value_size)?,
         rates,
@@ -173,7 +182,9 @@ fn settings(cli: &Cli) -> Result<ExperimentSettings, BenchError> {
         work_dir: cli.out.join("run"),
         stress: StressSettings {
             size: stress_size,
-            accesses: cli.stress_accesses.unwrap_or(if q { 100_000 } else { 600_000 }),
+            accesses: cli
+                .stress_accesses
+                .unwrap_or(if q { 100_000 } else { 600_000 }),
             hot: 0.25,
             scan_every: 50_000.min(pages.max(1)),
             scan_len: (pages / 8).max(1),
