@@ -2,7 +2,7 @@
 //! `GET`, `INFO`, `SHUTDOWN`), with pipelining left to the caller: `send` any number of
 //! commands, then read that many replies.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -68,9 +68,18 @@ pub fn read_reply(r: &mut impl BufRead, addr: &str) -> Result<RespReply, BenchEr
             if n > MAX_BULK {
                 return Err(bad(format!("bulk reply of {n} bytes is too long")));
             }
-            let mut buf = vec![0; n + 2];
-            r.read_exact(&mut buf)
+            // Read what arrives rather than trusting the length for an allocation.
+            let mut buf = Vec::with_capacity(n.min(1 << 20) + 2);
+            r.by_ref()
+                .take(n as u64 + 2)
+                .read_to_end(&mut buf)
                 .map_err(|e| bad(format!("reading {n} bytes of a bulk reply: {e}")))?;
+            if buf.len() != n + 2 {
+                return Err(bad(format!(
+                    "bulk reply of {n} bytes truncated after {}",
+                    buf.len()
+                )));
+            }
             if &buf[n..] != b"\r\n" {
                 return Err(bad("bulk reply not terminated by CRLF".into()));
             }
