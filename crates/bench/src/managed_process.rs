@@ -134,8 +134,9 @@ impl ManagedProcess {
 
     /// Kills the program and `memvisor run`.
     fn kill(&mut self) {
-        // SAFETY: plain kill(2) of the program this benchmark started; `memvisor run` (its
-        // parent) has not been reaped yet, so the pid cannot have been reused.
+        // SAFETY: kill(2) touches no memory of ours. The pid is the program this benchmark
+        // started; it is only called while `memvisor run` (its parent, which reaps it) is
+        // still alive or just before it is killed, so reuse of the pid is not a practical risk.
         unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
         let _ = self.child.kill();
         let _ = self.child.wait();
