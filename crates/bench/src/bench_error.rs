@@ -65,6 +65,22 @@ pub enum BenchError {
         /// Exit status, signal or parse error, with its stderr tail.
         detail: String,
     },
+    /// redis (under `memvisor run`) misbehaved: no answer, a wrong reply, a wrong value.
+    #[error("redis at {addr}: {detail}")]
+    Redis {
+        /// The server's address.
+        addr: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The control socket of a managed process did not answer.
+    #[error("memvisor control socket of pid {pid}: {source}")]
+    Control {
+        /// The managed process.
+        pid: u32,
+        /// The cause.
+        source: memvisor_control::ControlError,
+    },
     /// The run was interrupted (SIGINT / SIGTERM); everything set up was torn down.
     #[error("interrupted")]
     Interrupted,

@@ -13,7 +13,13 @@
 //!   [`MemoryCgroup`] per run, starts the workloads alternately, tears everything down (also on
 //!   SIGINT / SIGTERM, see [`interrupt`]), and writes [`summary_markdown`] and [`csv`].
 //!
-//! See the crate README for the command and what is measured.
+//! `redis-latency` (issue 4 item 4) is seed 000's redis experiment in memvisor's terms:
+//! redis-server under `memvisor run` with a budget smaller than its data, an open-loop paced
+//! GET load with Zipf keys ([`paced_get_load`]) at a range of rates, per policy and chunk size
+//! ([`redis_experiment`]), with the pager's counters per point, plus a hot-set-and-scan stress
+//! program ([`hot_scan_stress`], binary `hot-scan-stress`) for the seed's fault-count comparison.
+//!
+//! See the crate README for the commands and what is measured.
 
 pub mod bench_error;
 pub mod byte_size;
@@ -31,6 +37,15 @@ pub mod workload_memory;
 pub mod workload_report;
 pub mod workload_run;
 pub mod workload_spec;
+
+pub mod hot_scan_stress;
+pub mod latency_plot;
+pub mod managed_process;
+pub mod paced_get_load;
+pub mod redis_experiment;
+pub mod redis_report;
+pub mod redis_values;
+pub mod resp_connection;
 
 pub use bench_error::BenchError;
 pub use driver::{drive, DriverArgs, RunRecord};

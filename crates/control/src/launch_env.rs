@@ -15,12 +15,14 @@ pub const ARENA_SIZE: &str = "MEMVISOR_ARENA_SIZE";
 pub const CONTROL_DIR: &str = "MEMVISOR_CONTROL_DIR";
 /// `1`: children that exec are managed too (the variables are left in the environment).
 pub const MANAGE_CHILDREN: &str = "MEMVISOR_MANAGE_CHILDREN";
+/// Paging unit (chunk) of every region, bytes: a multiple of the page size (default 1 MiB).
+pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -29,4 +31,5 @@ pub const ALL: [&str; 8] = [
     CONTROL_DIR,
     MANAGE_CHILDREN,
     PRELOAD_LIBRARY,
+    CHUNK_SIZE,
 ];

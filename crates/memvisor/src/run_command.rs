@@ -13,10 +13,13 @@ use memvisor_control::{
     format_bytes, launch_env, prometheus, socket_dir, ByteSize, ControlClient, ControlError,
     MetricsServer,
 };
-use memvisor_pager::{Region, DEFAULT_CHUNK_SIZE};
+use memvisor_pager::Region;
 use memvisor_policy::PolicySpec;
 
 use crate::host_memory::mem_total_bytes;
+
+/// Largest chunk (the preload library's limit too).
+const MAX_CHUNK: u64 = 64 << 20;
 
 /// Largest arena: a quarter of the 47-bit user address space.
 const MAX_ARENA: u64 = 32 << 40;
@@ -46,6 +49,10 @@ pub struct RunArgs {
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
+    /// Paging unit of every region: a multiple of 4K, at most 64M (smaller chunks suit programs
+    /// with many small objects, such as redis).
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    chunk_size: String,
     /// Virtual size of the arena large mappings are carved from [default: twice host RAM].
     #[arg(long, value_name = "SIZE")]
     arena: Option<String>,
@@ -187,6 +194,7 @@ fn parse_size(arg: &'static str, text: &str) -> Result<ByteSize, RunError> {
 struct Plan {
     program: PathBuf,
     budget: u64,
+    chunk_size: u64,
     min_region: u64,
     arena: u64,
     library: PathBuf,
@@ -198,7 +206,17 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
     let program = find_program(name)
         .ok_or_else(|| RunError::ProgramNotFound(name.to_string_lossy().into()))?;
     let ram = mem_total_bytes().map_err(RunError::Host)?;
-    let chunk = DEFAULT_CHUNK_SIZE as u64;
+    let chunk = parse_size("chunk-size", &args.chunk_size)?.resolve(ram);
+    if chunk == 0 || chunk % 4096 != 0 || chunk > MAX_CHUNK {
+        return Err(RunError::Value {
+            arg: "chunk-size",
+            given: args.chunk_size.clone(),
+            reason: format!(
+                "must be a multiple of 4K and at most {}",
+                format_bytes(MAX_CHUNK)
+            ),
+        });
+    }
     let budget = parse_size("budget", &args.budget)?.resolve(ram);
     if budget > ram {
         return Err(RunError::Budget {
@@ -269,6 +287,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
     Ok(Plan {
         program,
         budget,
+        chunk_size: chunk,
         min_region,
         arena,
         library,
@@ -331,6 +350,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::BUDGET, plan.budget.to_string())
         .env(launch_env::POLICY, &args.policy)
         .env(launch_env::SWAP_DIR, &args.swap_dir)
+        .env(launch_env::CHUNK_SIZE, plan.chunk_size.to_string())
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())
         .env(launch_env::CONTROL_DIR, &plan.control_dir)

@@ -14,6 +14,9 @@ pub const DEFAULT_MIN_REGION: usize = 16 << 20;
 /// Default arena size when none is given.
 pub const DEFAULT_ARENA_SIZE: usize = 64 << 30;
 
+/// Largest chunk accepted from the environment (64 MiB).
+pub const MAX_CHUNK_SIZE: usize = 64 << 20;
+
 /// What the preload library manages and how.
 #[derive(Debug, Clone)]
 pub struct PreloadConfig {
@@ -52,7 +55,22 @@ impl PreloadConfig {
                     reason: "expected a number of bytes".into(),
                 })
         };
-        let chunk_size = DEFAULT_CHUNK_SIZE;
+        let chunk_size = match get(launch_env::CHUNK_SIZE) {
+            Some(v) => {
+                let c = bytes(launch_env::CHUNK_SIZE, v)?;
+                if c == 0 || c % 4096 != 0 || c > MAX_CHUNK_SIZE {
+                    return Err(PreloadError::Env {
+                        name: launch_env::CHUNK_SIZE,
+                        value: c.to_string(),
+                        reason: format!(
+                            "expected a multiple of 4096 bytes, at most {MAX_CHUNK_SIZE}"
+                        ),
+                    });
+                }
+                c
+            }
+            None => DEFAULT_CHUNK_SIZE,
+        };
         let budget = bytes(launch_env::BUDGET, budget)?;
         if budget < chunk_size {
             return Err(PreloadError::Env {
@@ -141,14 +159,30 @@ mod tests {
             (launch_env::ARENA_SIZE, "1073741824"),
             (launch_env::CONTROL_DIR, "/tmp/c"),
             (launch_env::MANAGE_CHILDREN, "1"),
+            (launch_env::CHUNK_SIZE, "65536"),
         ])
         .unwrap()
         .unwrap();
+        assert_eq!(c.chunk_size, 64 << 10);
         assert_eq!(c.budget, 64 << 20);
         assert_eq!(c.policy, PolicySpec::Clock);
         assert_eq!(c.swap_dir, PathBuf::from("/tmp/s"));
         assert_eq!((c.min_region, c.arena_size), (1 << 20, 1 << 30));
         assert!(c.manage_children);
+    }
+
+    #[test]
+    fn chunk_size_defaults_to_the_pagers() {
+        let c = read(&[(launch_env::BUDGET, "67108864")]).unwrap().unwrap();
+        assert_eq!(c.chunk_size, DEFAULT_CHUNK_SIZE);
+        // A budget of one small chunk is enough with small chunks.
+        let c = read(&[
+            (launch_env::BUDGET, "65536"),
+            (launch_env::CHUNK_SIZE, "65536"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.budget, c.chunk_size);
     }
 
     #[test]
@@ -160,6 +194,9 @@ mod tests {
             (launch_env::POLICY, "opt"),
             (launch_env::MIN_REGION, "-1"),
             (launch_env::ARENA_SIZE, "1"),
+            (launch_env::CHUNK_SIZE, "0"),
+            (launch_env::CHUNK_SIZE, "5000"),
+            (launch_env::CHUNK_SIZE, "134217728"),
         ] {
             let mut pairs = vec![(launch_env::BUDGET, "67108864")];
             pairs.retain(|p| p.0 != k);
