@@ -65,6 +65,14 @@ pub enum BenchError {
         /// Exit status, signal or parse error, with its stderr tail.
         detail: String,
     },
+    /// A real guest of the scrub evaluation failed (boot, timeout, workload error, corruption).
+    #[error("guest of run {run}: {source}")]
+    Guest {
+        /// The run, e.g. `scrub / random`.
+        run: String,
+        /// What the guest harness reported.
+        source: memvisor_testvm::TestVmError,
+    },
     /// The run was interrupted (SIGINT / SIGTERM); everything set up was torn down.
     #[error("interrupted")]
     Interrupted,
