@@ -187,6 +187,7 @@ mod tests {
             measure_start_s: 1.0,
             end_s: 3.0,
             mean_host_cache_mib: 0.0,
+            mean_outside_group_mib: 0.0,
             peak_host_cache_mib: 0.0,
             host_hit_ratio: 0.0,
             guest_mbps: 0.0,

@@ -74,6 +74,7 @@ mod tests {
             measure_start_s: 1.5,
             end_s: 3.5,
             mean_host_cache_mib: 2.0,
+            mean_outside_group_mib: 0.0,
             peak_host_cache_mib: 3.0,
             host_hit_ratio: 0.25,
             guest_mbps: 12.5,

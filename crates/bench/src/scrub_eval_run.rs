@@ -41,6 +41,10 @@ pub struct EvalRun {
     pub end_s: f64,
     /// Mean image pages in the host page cache during the measured phase, in MiB.
     pub mean_host_cache_mib: f64,
+    /// Mean over the measured phase of the image's cached MiB beyond the group's whole page
+    /// cache: image pages charged outside the group (to the driver, e.g. pulled in by the
+    /// scrubber's own reads). Should be about 0.
+    pub mean_outside_group_mib: f64,
     /// Peak image pages in the host page cache over the run, in MiB.
     pub peak_host_cache_mib: f64,
     /// `1 - read_bytes / rchar` of QEMU over the measured phase.
@@ -177,6 +181,16 @@ pub fn run_one(
             .sum::<f64>()
             / window.len() as f64)
     };
+    let mean_outside_group_mib = if window.is_empty() {
+        0.0
+    } else {
+        window
+            .iter()
+            .map(|s| (s.image_cached_pages * PAGE).saturating_sub(s.cgroup_file_cache) as f64)
+            .sum::<f64>()
+            / window.len() as f64
+            / (1u64 << 20) as f64
+    };
     let host_hit_ratio = match (window.first(), window.last()) {
         (Some(a), Some(b)) if b.qemu_rchar > a.qemu_rchar => {
             1.0 - (b.qemu_read_bytes.saturating_sub(a.qemu_read_bytes)) as f64
@@ -190,6 +204,7 @@ pub fn run_one(
         measure_start_s,
         end_s,
         mean_host_cache_mib,
+        mean_outside_group_mib,
         peak_host_cache_mib: mib(samples
             .iter()
             .map(|s| s.image_cached_pages)

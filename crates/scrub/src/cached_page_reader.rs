@@ -15,6 +15,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
+const PAGE: u64 = 4096;
+
 /// A read-only, read-ahead-free view of the first `len` bytes of a file.
 #[derive(Debug)]
 pub struct CachedPageReader {
@@ -87,6 +89,33 @@ impl CachedPageReader {
             };
         }
         Ok(r as usize)
+    }
+
+    /// Which pages of `[off, off + len)` (page-aligned `off`) are in the page cache now
+    /// (`mincore` on the mapping; pages past the mapped length count as not cached). Checked
+    /// right before reading, so that a page the kernel evicted since an earlier check is not
+    /// faulted back in (a fault reads it, charged to memvisor).
+    pub fn resident(&self, off: u64, len: u64) -> io::Result<Vec<bool>> {
+        let pages = len.div_ceil(PAGE) as usize;
+        let mut out = vec![false; pages];
+        let Ok(off) = usize::try_from(off) else {
+            return Ok(out);
+        };
+        if off >= self.len || pages == 0 {
+            return Ok(out);
+        }
+        let n = (pages * PAGE as usize).min(self.len - off);
+        let mut vec = vec![0u8; n.div_ceil(PAGE as usize)];
+        // SAFETY: `addr + off .. + n` lies within our mapping (off is page-aligned, as
+        // mincore requires); `vec` holds one byte per page of it.
+        let r = unsafe { libc::mincore(self.addr.cast::<u8>().add(off).cast(), n, vec.as_mut_ptr()) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (o, v) in out.iter_mut().zip(vec) {
+            *o = v & 1 != 0;
+        }
+        Ok(out)
     }
 
     /// Removes the pages read so far from the mapping (the page cache keeps them): the kernel
@@ -206,6 +235,23 @@ mod tests {
         let empty = CachedPageReader::new(f.as_file(), 0).unwrap();
         assert_eq!(empty.read_at(&mut buf, 0).unwrap(), 0);
         empty.unmap_pages().unwrap();
+    }
+
+    #[test]
+    fn resident_reports_the_page_cache_of_a_range() {
+        let mut f = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+        for p in 0..4u8 {
+            f.write_all(&[p; PAGE_SIZE]).unwrap();
+        }
+        f.as_file().sync_all().unwrap();
+        let ps = PAGE_SIZE as u64;
+        drop_range(f.as_file(), ps, ps).unwrap();
+        let reader = CachedPageReader::new(f.as_file(), 4 * ps).unwrap();
+        assert_eq!(reader.resident(0, 4 * ps).unwrap(), [true, false, true, true]);
+        assert_eq!(reader.resident(ps, 2 * ps).unwrap(), [false, true]);
+        // Past the end: not cached.
+        assert_eq!(reader.resident(3 * ps, 2 * ps).unwrap(), [true, false]);
+        assert_eq!(reader.resident(8 * ps, ps).unwrap(), [false]);
     }
 
     #[test]

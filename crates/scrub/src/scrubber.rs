@@ -235,7 +235,7 @@ impl Scrubber {
                 ScrubError::file(path, what, e)
             })?
             .nr_cache;
-        let resident =
+        let mut resident =
             resident_pages(&file, size).map_err(|e| ScrubError::file(path, "mincore", e))?;
         // Cached pages are read through a mapping without read-ahead: a plain read reaching a
         // folio the kernel marked for read-ahead would pull further image pages into the host
@@ -253,6 +253,19 @@ impl Scrubber {
             scanner.invalidate_window();
             let mut i = page;
             let mut chunk_candidates: Vec<u64> = std::mem::take(&mut carry);
+            // A file that shrank: scrub what is left, and say so.
+            let now_len = file.metadata().map(|m| m.len()).unwrap_or(size);
+            if now_len < size && img.truncated_to.is_none() {
+                img.truncated_to = Some(now_len);
+            }
+            // Residency again, right before reading: pages evicted since the first check
+            // would otherwise be faulted back into the cache by the read.
+            let now = reader
+                .resident((page * PAGE_SIZE) as u64, ((end - page) * PAGE_SIZE) as u64)
+                .map_err(|e| ScrubError::file(path, "mincore", e))?;
+            for (k, r) in now.into_iter().enumerate() {
+                resident[page + k] &= r;
+            }
             while i < end {
                 if !resident[i] {
                     i += 1;
