@@ -108,7 +108,8 @@ impl CachedPageReader {
         let mut vec = vec![0u8; n.div_ceil(PAGE as usize)];
         // SAFETY: `addr + off .. + n` lies within our mapping (off is page-aligned, as
         // mincore requires); `vec` holds one byte per page of it.
-        let r = unsafe { libc::mincore(self.addr.cast::<u8>().add(off).cast(), n, vec.as_mut_ptr()) };
+        let r =
+            unsafe { libc::mincore(self.addr.cast::<u8>().add(off).cast(), n, vec.as_mut_ptr()) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -247,7 +248,10 @@ mod tests {
         let ps = PAGE_SIZE as u64;
         drop_range(f.as_file(), ps, ps).unwrap();
         let reader = CachedPageReader::new(f.as_file(), 4 * ps).unwrap();
-        assert_eq!(reader.resident(0, 4 * ps).unwrap(), [true, false, true, true]);
+        assert_eq!(
+            reader.resident(0, 4 * ps).unwrap(),
+            [true, false, true, true]
+        );
         assert_eq!(reader.resident(ps, 2 * ps).unwrap(), [false, true]);
         // Past the end: not cached.
         assert_eq!(reader.resident(3 * ps, 2 * ps).unwrap(), [true, false]);
