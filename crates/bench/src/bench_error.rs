@@ -81,6 +81,14 @@ pub enum BenchError {
         /// The cause.
         source: memvisor_control::ControlError,
     },
+    /// A real guest of the scrub evaluation failed (boot, timeout, workload error, corruption).
+    #[error("guest of run {run}: {source}")]
+    Guest {
+        /// The run, e.g. `scrub / random`.
+        run: String,
+        /// What the guest harness reported.
+        source: memvisor_testvm::TestVmError,
+    },
     /// The run was interrupted (SIGINT / SIGTERM); everything set up was torn down.
     #[error("interrupted")]
     Interrupted,

@@ -18,19 +18,41 @@
 //! GET load with Zipf keys ([`paced_get_load`]) at a range of rates, per policy and chunk size
 //! ([`redis_experiment`]), with the pager's counters per point, plus a hot-set-and-scan stress
 //! program ([`hot_scan_stress`], binary `hot-scan-stress`) for the seed's fault-count comparison.
+//! `scrub-eval` (issue 5 item 4) boots real QEMU guests ([`memvisor_testvm`]) that read their
+//! own disk image with `cache=writeback`, QEMU alone in a cgroup v1 memory group, under three
+//! [`HostPolicy`]s (nothing, a periodic drop of the image's whole cache, memvisor's scrubber
+//! under its frequency control), samples the host once a second ([`HostSample`]) and writes a
+//! table and a plot of the host cache over time ([`scrub_eval`]).
 //!
 //! See the crate README for the commands and what is measured.
 
 pub mod bench_error;
 pub mod byte_size;
 pub mod counters;
+pub mod dirty_probe;
 pub mod driver;
+pub mod host_cache_plot;
+pub mod host_policy;
+pub mod host_sample;
+pub mod hot_scan_stress;
 pub mod interrupt;
 pub mod kernel_swap;
+pub mod latency_plot;
+pub mod managed_process;
 pub mod memory_cgroup;
+pub mod paced_get_load;
 pub mod page_pattern;
+pub mod policy_driver;
 pub mod preflight;
+pub mod redis_experiment;
+pub mod redis_report;
+pub mod redis_values;
 pub mod region_counters;
+pub mod resp_connection;
+pub mod scrub_eval;
+pub mod scrub_eval_config;
+pub mod scrub_eval_report;
+pub mod scrub_eval_run;
 pub mod summary;
 pub mod variant;
 pub mod workload_memory;
@@ -38,21 +60,18 @@ pub mod workload_report;
 pub mod workload_run;
 pub mod workload_spec;
 
-pub mod hot_scan_stress;
-pub mod latency_plot;
-pub mod managed_process;
-pub mod paced_get_load;
-pub mod redis_experiment;
-pub mod redis_report;
-pub mod redis_values;
-pub mod resp_connection;
-
 pub use bench_error::BenchError;
 pub use driver::{drive, DriverArgs, RunRecord};
+pub use host_policy::HostPolicy;
+pub use host_sample::HostSample;
 pub use kernel_swap::KernelSwapFile;
 pub use memory_cgroup::MemoryCgroup;
 pub use page_pattern::DataSet;
 pub use preflight::preflight;
+pub use scrub_eval::{scrub_eval, ScrubEvalResult};
+pub use scrub_eval_config::ScrubEvalConfig;
+pub use scrub_eval_report::{scrub_eval_csv, scrub_eval_markdown};
+pub use scrub_eval_run::EvalRun;
 pub use summary::{csv, summary_markdown};
 pub use variant::{RegionOptions, Variant};
 pub use workload_memory::WorkloadMemory;

@@ -89,6 +89,16 @@ impl MemoryCgroup {
         }
     }
 
+    /// The group's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Sets a control file, e.g. `memory.swappiness` to `0`.
+    pub fn set(&self, file: &str, value: &str) -> Result<(), BenchError> {
+        self.write(file, value)
+    }
+
     fn write(&self, file: &str, value: &str) -> Result<(), BenchError> {
         let p = self.dir.join(file);
         fs::write(&p, value).map_err(|e| BenchError::io("write cgroup file", p, e))

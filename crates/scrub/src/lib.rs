@@ -18,6 +18,7 @@
 //! }
 //! ```
 
+mod cached_page_reader;
 mod cachestat;
 mod meminfo;
 mod qemu_discovery;
@@ -27,6 +28,7 @@ mod scrub_error;
 mod scrub_report;
 mod scrubber;
 
+pub use cached_page_reader::CachedPageReader;
 pub use cachestat::{cachestat, CacheStat};
 pub use meminfo::MemInfo;
 pub use qemu_discovery::{

@@ -18,7 +18,6 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use memvisor_dedup::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::cached_page_reader::CachedPageReader;
 use crate::cachestat::cachestat;
 use crate::residency::{drop_range, resident_pages};
 use crate::scrub_report::{ImageScrub, VmScrub};
@@ -35,6 +35,12 @@ use crate::{ScrubError, Vm};
 
 /// Pages of an image read and looked up at a time.
 const CHUNK_PAGES: usize = 256;
+
+/// Pages in the largest page-cache folio (x86-64: a PMD, 2 MiB). Folios are naturally aligned,
+/// so none straddles a multiple of this; a run of candidates reaching the end of a chunk that
+/// is not such a multiple is carried into the next chunk and dropped with it, otherwise
+/// `DONTNEED` (which drops only folios the range covers whole) would keep every 2 MiB folio.
+const MAX_FOLIO_PAGES: usize = 512;
 
 /// Scrubber options.
 #[derive(Debug, Clone, Copy)]
@@ -229,18 +235,37 @@ impl Scrubber {
                 ScrubError::file(path, what, e)
             })?
             .nr_cache;
-        let resident =
+        let mut resident =
             resident_pages(&file, size).map_err(|e| ScrubError::file(path, "mincore", e))?;
+        // Cached pages are read through a mapping without read-ahead: a plain read reaching a
+        // folio the kernel marked for read-ahead would pull further image pages into the host
+        // cache (charged to memvisor, not to the VM).
+        let reader = CachedPageReader::new(&file, size)
+            .map_err(|e| ScrubError::file(path, "mapping the image", e))?;
         let mut candidates: Vec<u64> = Vec::new();
         let mut buf = vec![0u8; CHUNK_PAGES * PAGE_SIZE];
         let mut page = 0usize;
         let mut hint: Option<PageLocation> = None;
+        let mut carry: Vec<u64> = Vec::new();
         'chunks: while page < resident.len() {
             let end = (page + CHUNK_PAGES).min(resident.len());
             // Guest pages read for an earlier chunk may have changed since: read them again.
             scanner.invalidate_window();
             let mut i = page;
-            let mut chunk_candidates: Vec<u64> = Vec::new();
+            let mut chunk_candidates: Vec<u64> = std::mem::take(&mut carry);
+            // A file that shrank: scrub what is left, and say so.
+            let now_len = file.metadata().map(|m| m.len()).unwrap_or(size);
+            if now_len < size && img.truncated_to.is_none() {
+                img.truncated_to = Some(now_len);
+            }
+            // Residency again, right before reading: pages evicted since the first check
+            // would otherwise be faulted back into the cache by the read.
+            let now = reader
+                .resident((page * PAGE_SIZE) as u64, ((end - page) * PAGE_SIZE) as u64)
+                .map_err(|e| ScrubError::file(path, "mincore", e))?;
+            for (k, r) in now.into_iter().enumerate() {
+                resident[page + k] &= r;
+            }
             while i < end {
                 if !resident[i] {
                     i += 1;
@@ -254,7 +279,7 @@ impl Scrubber {
                 // Read resident pages [i, j) (the last page of the file may be partial).
                 let off = (i * PAGE_SIZE) as u64;
                 let want = ((j - i) * PAGE_SIZE).min(size.saturating_sub(off) as usize);
-                let got = read_full(&file, &mut buf[..want], off)
+                let got = read_full(&reader, &mut buf[..want], off)
                     .map_err(|e| ScrubError::file(path, format!("reading at offset {off}"), e))?;
                 let whole_pages = got.div_ceil(PAGE_SIZE);
                 buf[got..whole_pages * PAGE_SIZE].fill(0);
@@ -286,12 +311,17 @@ impl Scrubber {
                     // The file shrank under us: scrub what was read, stop there.
                     let now = file.metadata().map(|m| m.len()).unwrap_or(off + got as u64);
                     img.truncated_to = Some(now);
+                    unmap(&reader, path)?;
                     self.drop_candidates(&file, path, &chunk_candidates, img)?;
                     candidates.extend(chunk_candidates);
                     break 'chunks;
                 }
                 i = j;
             }
+            if end < resident.len() {
+                carry = trailing_run_in_folio(&mut chunk_candidates, end as u64);
+            }
+            unmap(&reader, path)?;
             self.drop_candidates(&file, path, &chunk_candidates, img)?;
             candidates.extend(chunk_candidates);
             if let Some(f) = self.on_chunk.as_mut() {
@@ -383,11 +413,36 @@ impl Scrubber {
     }
 }
 
+/// Unmaps what the reader mapped, so that the pages can be dropped.
+fn unmap(reader: &CachedPageReader, path: &Path) -> Result<(), ScrubError> {
+    reader
+        .unmap_pages()
+        .map_err(|e| ScrubError::file(path, "madvise(DONTNEED) of the image mapping", e))
+}
+
+/// Splits off the candidates (sorted pages) that may share a folio with pages at or after
+/// `end`: the tail of a run reaching `end - 1`, from the last multiple of [`MAX_FOLIO_PAGES`]
+/// on. Nothing when `end` is such a multiple.
+fn trailing_run_in_folio(candidates: &mut Vec<u64>, end: u64) -> Vec<u64> {
+    let boundary = end / MAX_FOLIO_PAGES as u64 * MAX_FOLIO_PAGES as u64;
+    if boundary == end || candidates.last() != Some(&(end - 1)) {
+        return Vec::new();
+    }
+    let mut from = candidates.len() - 1;
+    while from > 0
+        && candidates[from - 1] + 1 == candidates[from]
+        && candidates[from - 1] >= boundary
+    {
+        from -= 1;
+    }
+    candidates.split_off(from)
+}
+
 /// Reads into `buf` at `off` until full or end of file; returns the bytes read.
-fn read_full(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+fn read_full(reader: &CachedPageReader, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match file.read_at(&mut buf[got..], off + got as u64) {
+        match reader.read_at(&mut buf[got..], off + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -395,4 +450,36 @@ fn read_full(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_reaching_a_chunk_end_inside_a_folio_is_carried() {
+        // Chunk [256, 512) of a larger image: the run 300..512 reaches the end, which is a
+        // 2 MiB boundary: nothing carried.
+        let mut c: Vec<u64> = (300..512).collect();
+        assert!(trailing_run_in_folio(&mut c, 512).is_empty());
+        assert_eq!(c.len(), 212);
+        // Chunk [0, 256): 10..20 and 200..256; the second reaches 256, inside folio [0, 512).
+        let mut c: Vec<u64> = (10..20).chain(200..256).collect();
+        let carry = trailing_run_in_folio(&mut c, 256);
+        assert_eq!(carry, (200..256).collect::<Vec<u64>>());
+        assert_eq!(c, (10..20).collect::<Vec<u64>>());
+        // A long run reaching a chunk end: carried from the last 2 MiB boundary on only.
+        let mut c: Vec<u64> = (400..1024).collect();
+        let carry = trailing_run_in_folio(&mut c, 1024);
+        assert!(carry.is_empty(), "1024 is a multiple of 512");
+        let mut c: Vec<u64> = (400..768).collect();
+        let carry = trailing_run_in_folio(&mut c, 768);
+        assert_eq!(carry, (512..768).collect::<Vec<u64>>());
+        assert_eq!(c, (400..512).collect::<Vec<u64>>());
+        // A run not reaching the end: nothing.
+        let mut c: Vec<u64> = vec![1, 2, 3];
+        assert!(trailing_run_in_folio(&mut c, 256).is_empty());
+        let mut c: Vec<u64> = Vec::new();
+        assert!(trailing_run_in_folio(&mut c, 256).is_empty());
+    }
 }
