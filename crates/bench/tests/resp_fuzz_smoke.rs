@@ -1,23 +1,9 @@
 //! A stable-Rust stand-in for the `resp_reply` cargo-fuzz target: deterministic random and
 //! mutated RESP streams through the reply reader, which must return replies or a clean error,
 //! never panic, and never return more bulk bytes than it was given.
+use memvisor_policy::DeterministicRng;
 
 use memvisor_bench::resp_connection::{encode_command, read_reply, RespReply};
-
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 const TOKENS: &[&[u8]] = &[
     b"+OK\r\n",
@@ -51,16 +37,16 @@ fn read_all(data: &[u8]) -> usize {
 
 #[test]
 fn random_and_mutated_streams_never_panic() {
-    let mut rng = Prng(7);
+    let mut rng = DeterministicRng::new(7);
     for _ in 0..20_000 {
         let mut data = Vec::new();
-        for _ in 0..rng.below(8) {
-            data.extend_from_slice(TOKENS[rng.below(TOKENS.len())]);
+        for _ in 0..rng.index(8) {
+            data.extend_from_slice(TOKENS[rng.index(TOKENS.len())]);
         }
-        for _ in 0..rng.below(3) {
+        for _ in 0..rng.index(3) {
             if !data.is_empty() {
-                let i = rng.below(data.len());
-                data[i] = rng.next() as u8;
+                let i = rng.index(data.len());
+                data[i] = rng.next_u64() as u8;
             }
         }
         read_all(&data);

@@ -1,27 +1,13 @@
 //! A stable-Rust stand-in for the `control_protocol` cargo-fuzz target: thousands of
 //! deterministic random and mutated lines through the decoders, which must decode (and then
 //! round-trip) or fail cleanly, never panic.
+use memvisor_policy::DeterministicRng;
 
 use memvisor_control::protocol::{
     decode_request, decode_response, encode_request, encode_response, read_line_limited,
     MAX_REQUEST_BYTES,
 };
 use memvisor_control::{ByteSize, ProcessStatus, RegionStatus, Request, Response};
-
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 const TOKENS: &[&[u8]] = &[
     b"{",
@@ -75,27 +61,27 @@ fn seeds() -> Vec<Vec<u8>> {
 
 #[test]
 fn decoders_never_panic_and_round_trip() {
-    let mut rng = Prng(42);
+    let mut rng = DeterministicRng::new(42);
     let seeds = seeds();
     let (mut requests, mut responses) = (0, 0);
     for i in 0..20_000 {
         let mut data = if i % 4 == 0 {
-            (0..rng.below(64)).map(|_| rng.next() as u8).collect()
+            (0..rng.index(64)).map(|_| rng.next_u64() as u8).collect()
         } else {
-            seeds[rng.below(seeds.len())].clone()
+            seeds[rng.index(seeds.len())].clone()
         };
-        for _ in 0..1 + rng.below(3) {
-            let at = rng.below(data.len() + 1);
-            match rng.below(3) {
+        for _ in 0..1 + rng.index(3) {
+            let at = rng.index(data.len() + 1);
+            match rng.index(3) {
                 0 => {
-                    let t = TOKENS[rng.below(TOKENS.len())];
+                    let t = TOKENS[rng.index(TOKENS.len())];
                     data.splice(at..at, t.iter().copied());
                 }
                 1 if at < data.len() => {
-                    let end = (at + 1 + rng.below(8)).min(data.len());
+                    let end = (at + 1 + rng.index(8)).min(data.len());
                     data.drain(at..end);
                 }
-                _ if at < data.len() => data[at] = rng.next() as u8,
+                _ if at < data.len() => data[at] = rng.next_u64() as u8,
                 _ => {}
             }
         }

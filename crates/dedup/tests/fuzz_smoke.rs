@@ -1,23 +1,9 @@
 //! A stable-Rust stand-in for the cargo-fuzz targets `proc_maps` and `ksm_stat`: thousands of
 //! deterministic mutations of real inputs through the parsers, which must return a value or an
 //! error naming the line, never panic.
+use memvisor_policy::DeterministicRng;
 
 use memvisor_dedup::{parse_number, parse_stat_cpu_ticks, MapEntry, ProcessKsmStat};
-
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 const TOKENS: &[&str] = &[
     " ",
@@ -40,22 +26,22 @@ const TOKENS: &[&str] = &[
     "\t",
 ];
 
-fn mutate(rng: &mut Prng, input: &str) -> String {
+fn mutate(rng: &mut DeterministicRng, input: &str) -> String {
     let mut s: Vec<char> = input.chars().collect();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(s.len() + 1);
-        match rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
+        let at = rng.index(s.len() + 1);
+        match rng.index(4) {
             0 if !s.is_empty() => {
                 s.remove(at.min(s.len() - 1));
             }
             1 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
+                let t = TOKENS[rng.index(TOKENS.len())];
                 for (k, c) in t.chars().enumerate() {
                     s.insert(at + k, c);
                 }
             }
             2 if at < s.len() => s.truncate(at),
-            _ => s.insert(at, char::from(b' ' + rng.below(95) as u8)),
+            _ => s.insert(at, char::from(b' ' + rng.index(95) as u8)),
         }
     }
     s.into_iter().collect()
@@ -64,10 +50,10 @@ fn mutate(rng: &mut Prng, input: &str) -> String {
 #[test]
 fn maps_lines_never_panic() {
     let seeds = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let mut rng = Prng(1);
+    let mut rng = DeterministicRng::new(1);
     let lines: Vec<&str> = seeds.lines().collect();
     for _ in 0..5000 {
-        let pick = lines[rng.below(lines.len())];
+        let pick = lines[rng.index(lines.len())];
         let line = mutate(&mut rng, pick);
         if let Ok(e) = MapEntry::parse(&line) {
             assert!(e.start <= e.end);
@@ -88,7 +74,7 @@ fn maps_lines_never_panic() {
 fn ksm_texts_never_panic() {
     let stat = std::fs::read_to_string("/proc/self/ksm_stat").unwrap();
     let pstat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let mut rng = Prng(2);
+    let mut rng = DeterministicRng::new(2);
     for _ in 0..5000 {
         let t = mutate(&mut rng, &stat);
         if let Err((line, _)) = ProcessKsmStat::parse(&t) {

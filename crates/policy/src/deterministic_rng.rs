@@ -1,4 +1,5 @@
-//! [`DeterministicRng`]: a small seeded generator for the policy tests and benchmarks.
+//! [`DeterministicRng`]: a small seeded generator for randomized tests (every crate's), fuzz
+//! smoke tests and benchmarks.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): every seed, zero included, gives a full-period,
 /// well-mixed stream, identical on every platform, so a failing randomized test replays from its
@@ -24,6 +25,11 @@ impl DeterministicRng {
     /// A number in `0..n` (`n` > 0), with a modulo bias below 2^-32 for the sizes used here.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
+    }
+
+    /// An index in `0..n`, or 0 if `n` is 0 (for picking from possibly empty slices).
+    pub fn index(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 

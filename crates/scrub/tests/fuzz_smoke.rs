@@ -1,22 +1,8 @@
 //! A stable-Rust stand-in for the cargo-fuzz targets `meminfo` and `qemu_cmdline`: thousands of
 //! deterministic mutations of real inputs through the parsers, which must never panic.
 
+use memvisor_policy::DeterministicRng;
 use memvisor_scrub::{images_from_cmdline, parse_qemu_options, split_cmdline, MemInfo};
-
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 const TOKENS: &[&[u8]] = &[
     b"\0",
@@ -36,20 +22,20 @@ const TOKENS: &[&[u8]] = &[
     b"\xc3",
 ];
 
-fn mutate(rng: &mut Prng, input: &[u8]) -> Vec<u8> {
+fn mutate(rng: &mut DeterministicRng, input: &[u8]) -> Vec<u8> {
     let mut d = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(d.len() + 1);
-        match rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
+        let at = rng.index(d.len() + 1);
+        match rng.index(4) {
             0 if !d.is_empty() => {
                 d.remove(at.min(d.len() - 1));
             }
             1 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
+                let t = TOKENS[rng.index(TOKENS.len())];
                 d.splice(at..at, t.iter().copied());
             }
             2 if at < d.len() => d.truncate(at),
-            _ => d.insert(at, rng.next() as u8),
+            _ => d.insert(at, rng.next_u64() as u8),
         }
     }
     d
@@ -58,7 +44,7 @@ fn mutate(rng: &mut Prng, input: &[u8]) -> Vec<u8> {
 #[test]
 fn meminfo_never_panics() {
     let real = std::fs::read("/proc/meminfo").unwrap();
-    let mut rng = Prng(3);
+    let mut rng = DeterministicRng::new(3);
     for _ in 0..3000 {
         let t = mutate(&mut rng, &real);
         let _ = MemInfo::parse(&String::from_utf8_lossy(&t));
@@ -68,7 +54,7 @@ fn meminfo_never_panics() {
 #[test]
 fn qemu_command_lines_never_panic() {
     let real: &[u8] = b"qemu-system-x86_64\0-name\0guest=vm1,debug-threads=on\0-m\x001G\0-drive\0file=/v/a,,b.img,if=virtio,cache=writeback\0-hdb\0/b.raw\0-blockdev\0driver=file,node-name=f,filename=/c\0";
-    let mut rng = Prng(4);
+    let mut rng = DeterministicRng::new(4);
     for _ in 0..5000 {
         let t = mutate(&mut rng, real);
         let args = split_cmdline(&t);

@@ -1,24 +1,9 @@
 //! A stable-Rust stand-in for the `result_line` cargo-fuzz target: deterministic mutations of
 //! real console lines must parse or fail with a `ResultLine` error naming the right line, never
 //! panic.
+use memvisor_policy::DeterministicRng;
 
 use memvisor_testvm::{parse_console, parse_result_line, TestVmError, RESULT_MARKER};
-
-/// A tiny SplitMix64, independent of the workload's generator.
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Lines as the guest prints them.
 const SAMPLES: &[&str] = &[
@@ -54,20 +39,20 @@ const TOKENS: &[&str] = &[
     "\t",
 ];
 
-fn mutate(rng: &mut Prng, input: &str) -> String {
+fn mutate(rng: &mut DeterministicRng, input: &str) -> String {
     let mut chars: Vec<char> = input.chars().collect();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(chars.len() + 1);
-        match rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
+        let at = rng.index(chars.len() + 1);
+        match rng.index(4) {
             0 if at < chars.len() => {
                 chars.remove(at);
             }
             1 => {
-                let token = TOKENS[rng.below(TOKENS.len())];
+                let token = TOKENS[rng.index(TOKENS.len())];
                 chars.splice(at..at, token.chars());
             }
             2 if at < chars.len() => chars.truncate(at),
-            _ => chars.insert(at, char::from(b" =\"\\a1.-"[rng.below(8)])),
+            _ => chars.insert(at, char::from(b" =\"\\a1.-"[rng.index(8)])),
         }
     }
     chars.into_iter().collect()
@@ -110,14 +95,14 @@ fn samples_parse() {
 
 #[test]
 fn result_lines_survive_mutations() {
-    let mut rng = Prng(11);
+    let mut rng = DeterministicRng::new(11);
     let (mut ok, mut err) = (0, 0);
     for _ in 0..20_000 {
-        let lines = 1 + rng.below(3);
+        let lines = 1 + rng.index(3);
         let text: Vec<String> = (0..lines)
             .map(|_| {
-                let mut line = SAMPLES[rng.below(SAMPLES.len())].to_string();
-                for _ in 0..rng.below(3) {
+                let mut line = SAMPLES[rng.index(SAMPLES.len())].to_string();
+                for _ in 0..rng.index(3) {
                     line = mutate(&mut rng, &line);
                 }
                 line

@@ -1,26 +1,11 @@
 //! A stable-Rust stand-in for the cargo-fuzz targets: every reader and the spec parsers get a
 //! few thousand deterministic random and mutated inputs, and must return (requests or an
 //! error), never panic, and terminate. Errors must name the input.
+use memvisor_policy::DeterministicRng;
 
 use std::io::Cursor;
 
 use memvisor_trace::{Request, TraceError, TraceFormat, TraceReader, WorkloadSpec};
-
-/// A tiny SplitMix64, independent of the crate's own generator.
-struct Prng(u64);
-
-impl Prng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Fragments that tend to reach interesting branches.
 const TOKENS: &[&[u8]] = &[
@@ -55,40 +40,40 @@ const TOKENS: &[&[u8]] = &[
     b"\x28\xb5\x2f\xfd",
 ];
 
-fn mutate(rng: &mut Prng, input: &[u8]) -> Vec<u8> {
+fn mutate(rng: &mut DeterministicRng, input: &[u8]) -> Vec<u8> {
     let mut data = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
         let at = if data.is_empty() {
             0
         } else {
-            rng.below(data.len() + 1)
+            rng.index(data.len() + 1)
         };
-        match rng.below(7) {
+        match rng.index(7) {
             0 if !data.is_empty() => {
-                let i = rng.below(data.len());
-                data[i] ^= 1 << rng.below(8);
+                let i = rng.index(data.len());
+                data[i] ^= 1 << rng.index(8);
             }
             1 if !data.is_empty() => {
-                let i = rng.below(data.len());
-                data[i] = rng.next() as u8;
+                let i = rng.index(data.len());
+                data[i] = rng.next_u64() as u8;
             }
-            2 => data.insert(at, rng.next() as u8),
+            2 => data.insert(at, rng.next_u64() as u8),
             3 if at < data.len() => {
-                let end = (at + 1 + rng.below(8)).min(data.len());
+                let end = (at + 1 + rng.index(8)).min(data.len());
                 data.drain(at..end);
             }
             4 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
+                let t = TOKENS[rng.index(TOKENS.len())];
                 data.splice(at..at, t.iter().copied());
             }
             5 if !data.is_empty() => {
-                data.truncate(rng.below(data.len()));
+                data.truncate(rng.index(data.len()));
             }
             _ => {
                 // Duplicate a chunk somewhere else.
                 if !data.is_empty() {
-                    let from = rng.below(data.len());
-                    let end = (from + 1 + rng.below(32)).min(data.len());
+                    let from = rng.index(data.len());
+                    let end = (from + 1 + rng.index(32)).min(data.len());
                     let chunk: Vec<u8> = data[from..end].to_vec();
                     data.splice(at..at, chunk);
                 }
@@ -98,14 +83,14 @@ fn mutate(rng: &mut Prng, input: &[u8]) -> Vec<u8> {
     data
 }
 
-fn random_bytes(rng: &mut Prng) -> Vec<u8> {
-    let len = rng.below(200);
+fn random_bytes(rng: &mut DeterministicRng) -> Vec<u8> {
+    let len = rng.index(200);
     (0..len)
         .map(|_| {
-            if rng.below(3) == 0 {
-                *TOKENS[rng.below(TOKENS.len())].first().unwrap_or(&b'x')
+            if rng.index(3) == 0 {
+                *TOKENS[rng.index(TOKENS.len())].first().unwrap_or(&b'x')
             } else {
-                b"0123456789abcdefxILSM ,\n"[rng.below(24)]
+                b"0123456789abcdefxILSM ,\n"[rng.index(24)]
             }
         })
         .collect()
@@ -167,7 +152,7 @@ fn og_record(time: u32, id: u64, size: u32, next: i64) -> Vec<u8> {
 
 fn run(formats: &[&str], samples: &[Vec<u8>], iterations: usize, seed: u64) {
     let formats: Vec<TraceFormat> = formats.iter().map(|f| f.parse().unwrap()).collect();
-    let mut rng = Prng(seed);
+    let mut rng = DeterministicRng::new(seed);
     let (mut ok, mut err) = (0, 0);
     // The valid samples themselves parse without error, plain and compressed.
     for s in samples {
@@ -186,18 +171,18 @@ fn run(formats: &[&str], samples: &[Vec<u8>], iterations: usize, seed: u64) {
             0 => random_bytes(&mut rng),
             1 => {
                 // Mutate a compressed sample: exercises the decoder's error paths.
-                let s = &samples[rng.below(samples.len())];
+                let s = &samples[rng.index(samples.len())];
                 mutate(&mut rng, &zstd::encode_all(&s[..], 1).unwrap())
             }
             _ => {
-                let mut s = samples[rng.below(samples.len())].clone();
-                for _ in 0..rng.below(3) {
+                let mut s = samples[rng.index(samples.len())].clone();
+                for _ in 0..rng.index(3) {
                     s = mutate(&mut rng, &s);
                 }
                 s
             }
         };
-        let f = &formats[rng.below(formats.len())];
+        let f = &formats[rng.index(formats.len())];
         if drain(input, f).1 {
             err += 1;
         } else {
@@ -300,10 +285,10 @@ fn specs_survive_mutations() {
         "text",
         "oracle-general",
     ];
-    let mut rng = Prng(6);
+    let mut rng = DeterministicRng::new(6);
     let (mut ok, mut err) = (0, 0);
     for _ in 0..4000 {
-        let base = workloads[rng.below(workloads.len())].as_bytes();
+        let base = workloads[rng.index(workloads.len())].as_bytes();
         let s = String::from_utf8_lossy(&mutate(&mut rng, base)).into_owned();
         match s.parse::<WorkloadSpec>() {
             Ok(w) => {
@@ -319,7 +304,7 @@ fn specs_survive_mutations() {
                 assert!(!e.to_string().is_empty());
             }
         }
-        let base = formats[rng.below(formats.len())].as_bytes();
+        let base = formats[rng.index(formats.len())].as_bytes();
         let s = String::from_utf8_lossy(&mutate(&mut rng, base)).into_owned();
         if let Ok(f) = s.parse::<TraceFormat>() {
             assert_eq!(f.to_string().parse::<TraceFormat>().unwrap(), f, "{s}");
