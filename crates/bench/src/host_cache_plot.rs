@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use memvisor_sim::{nice_ceiling, svg_document, svg_escape as escape};
+
 use crate::scrub_eval_run::EvalRun;
 
 const PANEL_W: f64 = 360.0;
@@ -35,25 +37,17 @@ pub fn host_cache_svg(runs: &[EvalRun], subtitle: &str) -> String {
         runs.iter()
             .flat_map(|r| r.samples.iter().map(|s| mib(s.image_cached_pages)))
             .fold(1.0f64, f64::max),
+        &[1.0, 2.0, 5.0],
     );
     let width = LEFT + patterns.len().max(1) as f64 * (PANEL_W + GAP);
     let height = TOP + PANEL_H + BOTTOM;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="16">Host page cache held for the guest's disk image</text>"#,
-        width / 2.0
-    );
-    let _ = writeln!(
-        svg,
-        r##"<text x="{}" y="40" text-anchor="middle" font-size="11" fill="#444">{}</text>"##,
+    let mut svg = svg_document(
+        width,
+        height,
+        12,
         width / 2.0,
-        escape(subtitle)
+        "Host page cache held for the guest's disk image",
+        subtitle,
     );
     for (pi, pattern) in patterns.iter().enumerate() {
         let x0 = LEFT + pi as f64 * (PANEL_W + GAP);
@@ -157,23 +151,6 @@ pub fn host_cache_svg(runs: &[EvalRun], subtitle: &str) -> String {
     svg
 }
 
-/// 1, 2 or 5 times a power of ten, at least `v`.
-fn nice_ceiling(v: f64) -> f64 {
-    let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|c| *c >= v)
-        .unwrap_or(10.0 * p)
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,8 +205,8 @@ mod tests {
 
     #[test]
     fn nice_ceilings() {
-        assert_eq!(nice_ceiling(100.0), 100.0);
-        assert_eq!(nice_ceiling(101.0), 200.0);
-        assert_eq!(nice_ceiling(3.0), 5.0);
+        assert_eq!(nice_ceiling(100.0, &[1.0, 2.0, 5.0]), 100.0);
+        assert_eq!(nice_ceiling(101.0, &[1.0, 2.0, 5.0]), 200.0);
+        assert_eq!(nice_ceiling(3.0, &[1.0, 2.0, 5.0]), 5.0);
     }
 }

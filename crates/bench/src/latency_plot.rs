@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use memvisor_sim::{nice_ceiling, svg_document, svg_escape as escape};
+
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 560.0;
 const LEFT: f64 = 80.0;
@@ -20,12 +22,6 @@ pub struct LatencySeries {
     pub label: String,
     /// Points in offered-rate order.
     pub points: Vec<(f64, f64, f64)>,
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The plot, titled `title`, `subtitle` under it.
@@ -46,30 +42,13 @@ pub fn latency_svg(title: &str, subtitle: &str, series: &[LatencySeries]) -> Str
             hi.log10().ceil().max(lo.log10().floor() + 1.0),
         )
     };
-    let x_top = nice_ceiling(max_x);
+    let x_top = nice_ceiling(max_x, &[1.0, 2.0, 5.0]);
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let sx = |x: f64| LEFT + x / x_top * plot_w;
     let sy = |us: f64| TOP + plot_h - (us.max(1e-3).log10() - y0) / (y1 - y0) * plot_h;
 
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="16">{}</text>"#,
-        LEFT + plot_w / 2.0,
-        escape(title)
-    );
-    let _ = writeln!(
-        svg,
-        r##"<text x="{}" y="40" text-anchor="middle" font-size="11" fill="#444">{}</text>"##,
-        LEFT + plot_w / 2.0,
-        escape(subtitle)
-    );
+    let mut svg = svg_document(WIDTH, HEIGHT, 13, LEFT + plot_w / 2.0, title, subtitle);
     let mut e = y0;
     while e <= y1 + 1e-9 {
         let y = sy(10f64.powf(e));
@@ -161,17 +140,6 @@ fn format_us(us: f64) -> String {
     }
 }
 
-/// 1, 2 or 5 times a power of ten, at least `v`.
-fn nice_ceiling(v: f64) -> f64 {
-    let p = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 5.0, 10.0] {
-        if m * p >= v {
-            return m * p;
-        }
-    }
-    10.0 * p
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +167,6 @@ mod tests {
     fn empty_input_is_still_a_document() {
         let svg = latency_svg("t", "", &[]);
         assert!(svg.contains("</svg>"));
-        assert_eq!(nice_ceiling(3700.0), 5000.0);
+        assert_eq!(nice_ceiling(3700.0, &[1.0, 2.0, 5.0]), 5000.0);
     }
 }

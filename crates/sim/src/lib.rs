@@ -12,6 +12,7 @@ mod report;
 mod request_source;
 mod sim_error;
 mod simulation;
+mod svg_document;
 mod sweep;
 
 pub use cache_size::{CacheSize, SWEEP_FRACTIONS};
@@ -22,4 +23,5 @@ pub use simulation::{
     simulate, simulate_stream, SamplePeriod, SimConfig, SimOutcome, BATCH, DEFAULT_SAMPLE_ACCESSES,
     MAX_SAMPLES_PER_GAP, PROGRESS_EVERY,
 };
+pub use svg_document::{escape as svg_escape, nice_ceiling, svg_document};
 pub use sweep::{Sweep, SweepReport, SweepRow};

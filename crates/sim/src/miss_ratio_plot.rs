@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::svg_document::{escape, nice_ceiling, svg_document};
 use crate::sweep::SweepReport;
 
 const WIDTH: f64 = 900.0;
@@ -35,7 +36,7 @@ pub fn miss_ratio_svg(report: &SweepReport) -> String {
         .map(|r| r.miss_ratio)
         .fold(0.0f64, f64::max)
         .max(1e-6);
-    let y_top = nice_ceiling(max_y);
+    let y_top = nice_ceiling(max_y, NICE);
     let log_x = max_x as f64 > 20.0 * min_x.max(1) as f64;
     let (x0, x1) = if log_x {
         ((min_x.max(1) as f64).log10(), (max_x as f64).log10())
@@ -55,23 +56,13 @@ pub fn miss_ratio_svg(report: &SweepReport) -> String {
     };
     let sy = |ratio: f64| TOP + plot_h - ratio / y_top * plot_h;
 
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="16">Miss ratio by resident-set size ({} model)</text>"#,
+    let mut svg = svg_document(
+        WIDTH,
+        HEIGHT,
+        13,
         LEFT + plot_w / 2.0,
-        report.model
-    );
-    let _ = writeln!(
-        svg,
-        r##"<text x="{}" y="40" text-anchor="middle" font-size="11" fill="#444">{}</text>"##,
-        LEFT + plot_w / 2.0,
-        escape(&truncate(&report.source, MAX_SUBTITLE_CHARS))
+        &format!("Miss ratio by resident-set size ({} model)", report.model),
+        &truncate(&report.source, MAX_SUBTITLE_CHARS),
     );
     // Axes, grid and ticks.
     for i in 0..=5 {
@@ -163,15 +154,8 @@ pub fn miss_ratio_svg(report: &SweepReport) -> String {
     svg
 }
 
-/// The smallest of 1, 2, 2.5, 5 times a power of ten that is at least `v`.
-fn nice_ceiling(v: f64) -> f64 {
-    let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|c| *c >= v * 0.999_999)
-        .unwrap_or(10.0 * p)
-}
+/// Round axis tops: 1, 2, 2.5 or 5 times a power of ten.
+const NICE: &[f64] = &[1.0, 2.0, 2.5, 5.0];
 
 fn x_ticks(min: u64, max: u64, log: bool) -> Vec<u64> {
     if log {
@@ -191,7 +175,7 @@ fn x_ticks(min: u64, max: u64, log: bool) -> Vec<u64> {
         }
         t
     } else {
-        let step = nice_ceiling(max.max(1) as f64 / 6.0).max(1.0) as u64;
+        let step = nice_ceiling(max.max(1) as f64 / 6.0, NICE).max(1.0) as u64;
         (0..=max / step).map(|i| i * step).collect()
     }
 }
@@ -214,13 +198,6 @@ fn truncate(s: &str, max: usize) -> String {
     let head: String = s.chars().take(keep).collect();
     let tail: String = s.chars().skip(n - keep).collect();
     format!("{head}…{tail}")
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -280,8 +257,8 @@ mod tests {
 
     #[test]
     fn nice_ceiling_rounds_up() {
-        assert_eq!(nice_ceiling(0.37), 0.5);
-        assert_eq!(nice_ceiling(0.11), 0.2);
-        assert_eq!(nice_ceiling(1.0), 1.0);
+        assert_eq!(nice_ceiling(0.37, NICE), 0.5);
+        assert_eq!(nice_ceiling(0.11, NICE), 0.2);
+        assert_eq!(nice_ceiling(1.0, NICE), 1.0);
     }
 }
