@@ -10,17 +10,10 @@ pub fn key_name(i: u64) -> String {
 /// 8-byte header holding `i` and 8 bytes holding `size`.
 pub fn value_of(i: u64, size: usize) -> Vec<u8> {
     let size = size.max(16);
-    let mut v = Vec::with_capacity(size + 8);
-    v.extend_from_slice(&i.to_le_bytes());
-    v.extend_from_slice(&(size as u64).to_le_bytes());
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    while v.len() < size {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(size);
+    let mut v = vec![0; size];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v[8..16].copy_from_slice(&(size as u64).to_le_bytes());
+    memvisor_dedup::fill_seeded(&mut v[16..], i);
     v
 }
 

@@ -48,7 +48,7 @@ pub use ksm_control::{ksmd_pid, KsmSettings, KsmSettingsGuard};
 pub use ksm_status::{parse_number, KsmStatus, ProcessKsmStat, KSM_SYSFS};
 pub use ksm_tuner::{KsmTuner, KsmTunerConfig, TunerStep};
 pub use mergeable::{madvise_mergeable, madvise_unmergeable};
-pub use page::{is_zero_page, page_hash, page_prefix, PAGE_SIZE};
+pub use page::{fill_seeded, is_zero_page, page_hash, page_prefix, PAGE_SIZE};
 pub use page_fingerprint::PageFingerprint;
 pub use page_index::{ClassId, IndexSummary, PageIndex, PageLocation, SourceSummary};
 pub use page_source::{LocalMemory, PageSource, PageState};

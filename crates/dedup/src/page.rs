@@ -1,4 +1,5 @@
-//! Pages: the size, the content hash, and the zero test.
+//! Pages: the size, the content hash, the zero test, and seeded content for tests and
+//! benchmarks.
 
 /// The page size the scanner works in (x86_64 and arm64 base pages).
 pub const PAGE_SIZE: usize = 4096;
@@ -21,6 +22,19 @@ pub fn is_zero_page(page: &[u8]) -> bool {
     head.iter().all(|&b| b == 0)
         && tail.iter().all(|&b| b == 0)
         && words.iter().fold(0u64, |acc, &w| acc | w) == 0
+}
+
+/// Fills `buf` with a deterministic xorshift stream seeded by `seed`: the same bytes for the
+/// same seed, different for different seeds (never all zero). The content of test and
+/// benchmark pages, disk images and values, so a reader can check what it reads.
+pub fn fill_seeded(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for w in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+    }
 }
 
 /// The first 8 bytes of a page as a number (the seed's replacement heuristic looks at them).

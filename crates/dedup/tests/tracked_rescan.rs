@@ -1,17 +1,7 @@
 //! Rescans of memory memvisor owns read only the pages written since the previous pass
 //! (userfaultfd WP_ASYNC + PAGEMAP_SCAN) and still find new duplicates.
 
-use memvisor_dedup::{PageState, Scanner, ScannerConfig, TrackedMemory, PAGE_SIZE};
-
-fn fill(p: &mut [u8], seed: u64) {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for w in p.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        w.copy_from_slice(&x.to_le_bytes());
-    }
-}
+use memvisor_dedup::{fill_seeded, PageState, Scanner, ScannerConfig, TrackedMemory, PAGE_SIZE};
 
 struct Anon {
     p: *mut u8,
@@ -53,7 +43,7 @@ impl Drop for Anon {
 fn rescans_hash_only_written_pages_and_find_new_duplicates() {
     let mut mem = Anon::new(256);
     for i in 0..256 {
-        fill(mem.page(i), i as u64 + 1);
+        fill_seeded(mem.page(i), i as u64 + 1);
     }
     // SAFETY: the mapping outlives the tracker (dropped first: declared later).
     let tracked = unsafe { TrackedMemory::new("owned", mem.p, mem.len) }.unwrap();
@@ -72,7 +62,7 @@ fn rescans_hash_only_written_pages_and_find_new_duplicates() {
     mem.page(10).copy_from_slice(&p3);
     let p4 = mem.page(4).to_vec();
     mem.page(20).copy_from_slice(&p4);
-    fill(mem.page(30), 9999);
+    fill_seeded(mem.page(30), 9999);
     let second = scanner.pass();
     assert_eq!(second.pages_read, 3);
     assert_eq!(second.pages_hashed, 3);
@@ -82,7 +72,7 @@ fn rescans_hash_only_written_pages_and_find_new_duplicates() {
     assert_eq!(s.duplicate_pages, 2);
 
     // Page 3 changes: its old duplicate (page 10) is now unique again.
-    fill(mem.page(3), 4242);
+    fill_seeded(mem.page(3), 4242);
     let third = scanner.pass();
     assert_eq!(third.pages_read, 1);
     assert_eq!(scanner.summary().duplicate_pages, 1);
@@ -92,7 +82,7 @@ fn rescans_hash_only_written_pages_and_find_new_duplicates() {
 #[test]
 fn the_first_pass_reads_everything_including_untouched_pages() {
     let mut mem = Anon::new(64);
-    fill(mem.page(0), 1);
+    fill_seeded(mem.page(0), 1);
     // SAFETY: as above.
     let tracked = unsafe { TrackedMemory::new("owned", mem.p, mem.len) }.unwrap();
     let mut scanner = Scanner::new(ScannerConfig::default());
@@ -101,7 +91,7 @@ fn the_first_pass_reads_everything_including_untouched_pages() {
     assert_eq!(first.pages_read, 64);
     assert_eq!(first.zero_pages, 63);
     // Writing a zero page makes it non-zero; only it is read.
-    fill(mem.page(40), 1);
+    fill_seeded(mem.page(40), 1);
     let second = scanner.pass();
     assert_eq!(second.pages_read, 1);
     assert_eq!(second.new_duplicates, 1);

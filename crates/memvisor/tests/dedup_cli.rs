@@ -4,7 +4,7 @@
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use memvisor_dedup::{ChildBacking, PagesChild, PAGE_SIZE};
+use memvisor_dedup::{fill_seeded, ChildBacking, PagesChild, PAGE_SIZE};
 
 const NOBODY: u32 = 65534;
 
@@ -17,15 +17,9 @@ fn page(seed: u64) -> Vec<u8> {
     if seed == 0 {
         return vec![0; PAGE_SIZE];
     }
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..PAGE_SIZE / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    let mut p = vec![0; PAGE_SIZE];
+    fill_seeded(&mut p, seed);
+    p
 }
 
 fn pages(seeds: &[u64]) -> Vec<u8> {

@@ -23,15 +23,9 @@ const MIB: u64 = 1 << 20;
 
 /// The value of key `i`: deterministic bytes, different for every key and offset.
 fn value(i: usize) -> Vec<u8> {
-    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..VALUE / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    let mut v = vec![0; VALUE];
+    memvisor_dedup::fill_seeded(&mut v, i as u64);
+    v
 }
 
 fn command(parts: &[&[u8]]) -> Vec<u8> {

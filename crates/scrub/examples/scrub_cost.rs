@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use memvisor_dedup::{PagesChild, PAGE_SIZE};
+use memvisor_dedup::{fill_seeded, PagesChild, PAGE_SIZE};
 use memvisor_scrub::{ScrubOptions, Scrubber, Vm};
 
 fn arg(n: usize, default: f64) -> f64 {
@@ -26,16 +26,6 @@ fn arg(n: usize, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
-fn fill(page: &mut [u8], seed: u64) {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for w in page.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        w.copy_from_slice(&x.to_le_bytes());
-    }
-}
-
 fn main() {
     let guest_pages = (arg(1, 1.0) * (1u64 << 30) as f64) as usize / PAGE_SIZE;
     let image_pages = (arg(2, 1.0) * (1u64 << 30) as f64) as usize / PAGE_SIZE;
@@ -44,7 +34,7 @@ fn main() {
     let mut img = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
     let mut page = vec![0u8; PAGE_SIZE];
     for p in 0..image_pages {
-        fill(&mut page, p as u64 + 1);
+        fill_seeded(&mut page, p as u64 + 1);
         img.write_all(&page).unwrap();
     }
     img.as_file().sync_all().unwrap();
@@ -53,10 +43,10 @@ fn main() {
     for (g, chunk) in guest.chunks_mut(PAGE_SIZE).enumerate() {
         let p = (g / 16) * 32 + g % 16;
         if p < image_pages {
-            fill(chunk, p as u64 + 1);
+            fill_seeded(chunk, p as u64 + 1);
             in_guest += 1;
         } else {
-            fill(chunk, (1 << 40) + g as u64);
+            fill_seeded(chunk, (1 << 40) + g as u64);
         }
     }
     let child = PagesChild::spawn(&guest).expect("fork the guest");

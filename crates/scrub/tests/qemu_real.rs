@@ -8,19 +8,13 @@ use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_dedup::PAGE_SIZE;
+use memvisor_dedup::{fill_seeded, PAGE_SIZE};
 use memvisor_scrub::{cachestat, describe_vm, qemu_pids, resident_pages, ScrubOptions, Scrubber};
 
 fn page(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..PAGE_SIZE / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    let mut p = vec![0; PAGE_SIZE];
+    fill_seeded(&mut p, seed);
+    p
 }
 
 struct Qemu(Child);

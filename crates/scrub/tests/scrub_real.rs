@@ -9,19 +9,13 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
-use memvisor_dedup::{PagesChild, PAGE_SIZE};
+use memvisor_dedup::{fill_seeded, PagesChild, PAGE_SIZE};
 use memvisor_scrub::{cachestat, resident_pages, ScrubOptions, Scrubber, Vm};
 
 fn page(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..PAGE_SIZE / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    let mut p = vec![0; PAGE_SIZE];
+    fill_seeded(&mut p, seed);
+    p
 }
 
 /// An image of pages with the given seeds, written one page per write (4 KiB folios), synced
