@@ -207,6 +207,23 @@ unsafe fn child(
             libc::prctl(libc::PR_SET_DUMPABLE, 1);
         }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // Keep only stdio and the two pipe ends: a forked child inherits every descriptor of
+        // the (multi-threaded) test process, including other tests' image files, which a
+        // scrubber would then discover as this "VM's" disk images, and other children's
+        // release pipes, which would keep those children alive.
+        let (lo, hi) = (
+            report.min(release) as libc::c_uint,
+            report.max(release) as libc::c_uint,
+        );
+        for (first, last) in [
+            (3, lo.wrapping_sub(1)),
+            (lo + 1, hi - 1),
+            (hi + 1, libc::c_uint::MAX),
+        ] {
+            if first <= last {
+                libc::syscall(libc::SYS_close_range, first, last, 0);
+            }
+        }
         let p = match memfd_name {
             None => libc::mmap(
                 std::ptr::null_mut(),
@@ -244,5 +261,49 @@ unsafe fn child(
         // Blocks until the parent closes its end (or exits).
         while libc::read(release, (&mut b as *mut u8).cast(), 1) > 0 {}
         libc::_exit(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_descriptors(pid: i32) -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| {
+                std::fs::read_link(e.unwrap().path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_child_holds_none_of_the_parents_files() {
+        let path = std::env::temp_dir()
+            .join(format!("pages-child-fds-{}", std::process::id()))
+            .display()
+            .to_string();
+        let file = std::fs::File::create(&path).unwrap();
+        let first = PagesChild::spawn(&[7u8; PAGE_SIZE]).unwrap();
+        let second =
+            PagesChild::spawn_with(&[8u8; PAGE_SIZE], ChildBacking::Memfd("guest".into())).unwrap();
+        for child in [&first, &second] {
+            let fds = open_descriptors(child.pid());
+            assert!(!fds.contains(&path), "{fds:?}");
+            // stdio, its two pipe ends and its own memfd: nothing else.
+            assert!(
+                fds.iter().all(|f| f == "/dev/null"
+                    || f.starts_with("/dev/")
+                    || f.starts_with("pipe:")
+                    || f.starts_with("/memfd:guest")),
+                "{fds:?}"
+            );
+            assert!(fds.len() <= 6, "{fds:?}");
+        }
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
     }
 }

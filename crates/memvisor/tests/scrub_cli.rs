@@ -70,7 +70,12 @@ fn once_drops_the_image_pages_the_guest_holds() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let i = &v[0]["images"][0];
+    let i = v[0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["path"] == img.path().to_str().unwrap())
+        .unwrap();
     assert_eq!(i["dropped"], 5, "{v:#}");
     assert_eq!(i["kept_not_in_guest"], 27);
     assert_eq!(
