@@ -17,7 +17,9 @@ use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
 /// `sample` (access sampling interval: `1s`, `100ms`, `off`), `resolve` (`copy` |
 /// `alias-continue`), `dirty` (`on` | `off`: dirty tracking), `pageout` (`sync` | `threads` |
 /// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
-/// asynchronous page-out), `readahead` (`on` | `off`). New pager settings are added here
+/// asynchronous page-out), `readahead` (`on` | `off`), `overlap` (`on` | `off`: overlapped page-in
+/// reads), `async-in` (`on` | `off`: asynchronous page-in), `poll` (busy-polling window:
+/// `50us`, `off`). New pager settings are added here
 /// (one key each) and reach the workload child unchanged through the variant's spelling.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegionOptions {
@@ -39,6 +41,12 @@ pub struct RegionOptions {
     pub headroom: Option<usize>,
     /// Sequential readahead on or off.
     pub readahead: Option<bool>,
+    /// Overlapped page-in reads on or off.
+    pub overlap: Option<bool>,
+    /// Asynchronous page-in on or off.
+    pub async_page_in: Option<bool>,
+    /// Busy-polling window (`Some(None)`: off).
+    pub busy_poll: Option<Option<Duration>>,
 }
 
 impl RegionOptions {
@@ -77,11 +85,25 @@ impl RegionOptions {
         if let Some(r) = self.readahead {
             config = config.readahead(r);
         }
+        if let Some(o) = self.overlap {
+            config = config.overlapped_page_in(o);
+        }
+        if let Some(a) = self.async_page_in {
+            config = config.async_page_in(a);
+        }
+        if let Some(b) = self.busy_poll {
+            config = config.busy_poll(b);
+        }
         config
     }
 
     fn set(&mut self, spec: &str, key: &str, value: &str) -> Result<(), BenchError> {
         let bad = |reason: String| BenchError::bad("variant", spec, reason);
+        let on_off = || match value {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(bad(format!("{key} must be on or off"))),
+        };
         match key {
             "chunk" => self.chunk_size = Some(parse_bytes("variant chunk", value)?),
             "policy" => {
@@ -89,6 +111,7 @@ impl RegionOptions {
                 self.policy = Some(p);
             }
             "sample" => self.sample_interval = Some(parse_interval("variant sample", value)?),
+            "poll" => self.busy_poll = Some(parse_interval("variant poll", value)?),
             "resolve" => {
                 self.resolve = Some(match value {
                     "copy" => ResolveMode::Copy,
@@ -96,20 +119,10 @@ impl RegionOptions {
                     _ => return Err(bad("resolve must be copy or alias-continue".into())),
                 })
             }
-            "dirty" => {
-                self.dirty_tracking = Some(match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(bad("dirty must be on or off".into())),
-                })
-            }
-            "readahead" => {
-                self.readahead = Some(match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(bad("readahead must be on or off".into())),
-                })
-            }
+            "dirty" => self.dirty_tracking = Some(on_off()?),
+            "overlap" => self.overlap = Some(on_off()?),
+            "async-in" => self.async_page_in = Some(on_off()?),
+            "readahead" => self.readahead = Some(on_off()?),
             "pageout" => {
                 value
                     .parse::<PageOut>()
@@ -131,7 +144,7 @@ impl RegionOptions {
             _ => {
                 return Err(bad(format!(
                     "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
-                     pageout, depth, headroom, readahead)"
+                     pageout, depth, headroom, readahead, overlap, async-in, poll)"
                 )))
             }
         }
@@ -214,7 +227,7 @@ impl fmt::Display for Variant {
                     write!(f, ":resolve={}", r.name())?;
                 }
                 if let Some(d) = o.dirty_tracking {
-                    write!(f, ":dirty={}", if d { "on" } else { "off" })?;
+                    write!(f, ":dirty={}", on_off_word(d))?;
                 }
                 if let Some(p) = &o.page_out {
                     write!(f, ":pageout={p}")?;
@@ -226,11 +239,32 @@ impl fmt::Display for Variant {
                     write!(f, ":headroom={n}")?;
                 }
                 if let Some(r) = o.readahead {
-                    write!(f, ":readahead={}", if r { "on" } else { "off" })?;
+                    write!(f, ":readahead={}", on_off_word(r))?;
+                }
+                if let Some(v) = o.overlap {
+                    write!(f, ":overlap={}", on_off_word(v))?;
+                }
+                if let Some(a) = o.async_page_in {
+                    write!(f, ":async-in={}", on_off_word(a))?;
+                }
+                if let Some(b) = o.busy_poll {
+                    match b {
+                        None => write!(f, ":poll=off")?,
+                        Some(d) => write!(f, ":poll={}us", d.as_micros())?,
+                    }
                 }
                 Ok(())
             }
         }
+    }
+}
+
+/// `on` or `off`, as the keys are spelled.
+fn on_off_word(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
     }
 }
 
@@ -254,6 +288,8 @@ mod tests {
             "memvisor:sample=100ms",
             "memvisor:sample=1500us",
             "memvisor:sample=2s",
+            "memvisor:chunk=4K:overlap=off:async-in=on:poll=100us",
+            "memvisor:pageout=auto:poll=off",
         ] {
             let v: Variant = s.parse().unwrap();
             assert_eq!(v.to_string().parse::<Variant>().unwrap(), v, "{s}");
@@ -274,6 +310,8 @@ mod tests {
             ("kernel:x=1", "no options"),
             ("memvisor:chunk", "KEY=VALUE"),
             ("memvisor:speed=9", "unknown key"),
+            ("memvisor:async-in=yes", "async-in must be on or off"),
+            ("memvisor:poll=fast", "duration"),
             ("memvisor:chunk=1Q", "size"),
             ("memvisor:policy=nope", "policy"),
             ("memvisor:dirty=maybe", "on or off"),

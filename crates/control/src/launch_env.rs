@@ -17,12 +17,14 @@ pub const CONTROL_DIR: &str = "MEMVISOR_CONTROL_DIR";
 pub const MANAGE_CHILDREN: &str = "MEMVISOR_MANAGE_CHILDREN";
 /// Paging unit (chunk) of every region, bytes: a multiple of the page size (default 1 MiB).
 pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
+/// Busy-polling window of every region's fault handler, microseconds (absent or 0: off).
+pub const BUSY_POLL_US: &str = "MEMVISOR_BUSY_POLL_US";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -32,4 +34,5 @@ pub const ALL: [&str; 9] = [
     MANAGE_CHILDREN,
     PRELOAD_LIBRARY,
     CHUNK_SIZE,
+    BUSY_POLL_US,
 ];

@@ -46,6 +46,9 @@ fn workload_pages_beyond_budget_and_is_controllable() {
             "1G",
             "--metrics",
             "127.0.0.1:0",
+            // Busy-polling fault handlers (off by default) serve the same workload.
+            "--busy-poll",
+            "50us",
             "--swap-dir",
         ])
         .arg(&swap)
@@ -272,6 +275,19 @@ fn bad_input_is_refused_before_the_program_starts() {
                 &touch,
             ],
             "--chunk-size 5000: must be a multiple of 4K",
+        ),
+        (
+            vec![
+                "--swap-dir",
+                &swap,
+                "--busy-poll",
+                "fast",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+            "--busy-poll fast: expected a duration",
         ),
         (
             vec![

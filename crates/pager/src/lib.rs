@@ -30,6 +30,7 @@
 
 mod chunk_prefetcher;
 pub mod crc32c;
+mod demand_reader;
 mod event_fd;
 mod fault_handler;
 mod fault_injector;
@@ -55,7 +56,7 @@ pub use pager_error::PagerError;
 pub use region::Region;
 pub use region_config::{
     PageOut, RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_HEADROOM, DEFAULT_POLICY,
-    DEFAULT_SAMPLE_INTERVAL,
+    DEFAULT_SAMPLE_INTERVAL, SMALL_CHUNK,
 };
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};

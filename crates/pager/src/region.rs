@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use memvisor_policy::PolicySpec;
 
 use crate::chunk_prefetcher::ChunkPrefetcher;
+use crate::demand_reader::DemandReader;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
@@ -162,13 +163,20 @@ impl Region {
         uffd.register(mapping.addr(), len, mode)
             .map_err(mem_err("UFFDIO_REGISTER"))?;
         let dirty_tracking = pagemap.is_some();
-        let swap = SwapFile::create(
+        let mut swap = SwapFile::create(
             &config.swap_dir,
             &seq.to_string(),
             cs,
             chunks,
             config.fault_injector.clone(),
         )?;
+        let async_page_in = config.async_page_in
+            && config.resolve == ResolveMode::Copy
+            && page_size() == crate::swap_file::DIRECT_ALIGN
+            && cs > page_size();
+        if async_page_in {
+            swap.keep_page_checksums();
+        }
         let swap_direct = swap.is_direct();
         let swap_path = swap.path().to_path_buf();
 
@@ -202,8 +210,8 @@ impl Region {
             bounce,
         );
         handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
-        handler.engine = match config.page_out {
-            PageOut::Sync => None,
+        handler.engine = match config.page_out.resolve(cs) {
+            PageOut::Sync | PageOut::Auto => None,
             PageOut::Threads(n) => Some(PageOutEngine::Threads(
                 ThreadPoolWriter::new(&seq.to_string(), n).map_err(|source| {
                     PagerError::Thread {
@@ -217,6 +225,12 @@ impl Region {
             ))),
         };
         handler.headroom = config.headroom;
+        handler.busy_poll = config.busy_poll;
+        handler.async_page_in = async_page_in;
+        if handler.engine.is_some() && config.overlapped_page_in {
+            // Without io_uring, page-in reads stay synchronous.
+            handler.demand = DemandReader::new().ok();
+        }
         if config.readahead && config.resolve == ResolveMode::Copy {
             handler.prefetcher = Some(ChunkPrefetcher::new(&seq.to_string(), cs).map_err(
                 |source| PagerError::Thread {

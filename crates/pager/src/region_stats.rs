@@ -55,6 +55,9 @@ pub struct RegionStats {
     /// Sequential readahead: page-ins served from data read ahead (the rest of the readahead
     /// reads were not used: the next fault went elsewhere, or the chunk changed meanwhile).
     pub readahead_hits: u64,
+    /// Asynchronous page-in: page-ins whose faulting thread was released as soon as its own
+    /// page was read and verified, before the rest of the chunk.
+    pub early_wakes: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -121,6 +124,7 @@ pub(crate) struct StatsCounters {
     pub page_in_write_waits: AtomicU64,
     pub readahead_reads: AtomicU64,
     pub readahead_hits: AtomicU64,
+    pub early_wakes: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -223,6 +227,7 @@ impl StatsCounters {
             page_in_write_waits: g(&self.page_in_write_waits),
             readahead_reads: g(&self.readahead_reads),
             readahead_hits: g(&self.readahead_hits),
+            early_wakes: g(&self.early_wakes),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

@@ -205,6 +205,7 @@ fn child_reads_a_chunk_whose_page_in_fails() {
         RegionConfig::new(4 * chunk, chunk, &dir)
             .chunk_size(chunk)
             .resolve(mode)
+            .async_page_in(what.contains("async"))
             .fault_injector(inj.clone()),
     )
     .unwrap();
@@ -263,6 +264,8 @@ fn failed_swap_read_raises_sigbus() {
     }
     run_child("eio-alias");
     run_child("eio-copy");
+    // The faulting page's own read fails (asynchronous page-in reads it first).
+    run_child("eio-async-copy");
 }
 
 #[test]
@@ -272,6 +275,7 @@ fn checksum_mismatch_raises_sigbus() {
     }
     run_child("crc-alias");
     run_child("crc-copy");
+    run_child("crc-async-copy");
 }
 
 #[test]

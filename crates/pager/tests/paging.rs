@@ -122,6 +122,9 @@ struct Stress {
     /// Discards by the threads, budget and policy changes by a controller thread.
     churn: bool,
     page_out: PageOut,
+    overlapped_page_in: bool,
+    busy_poll: Option<Duration>,
+    async_page_in: bool,
 }
 
 impl Stress {
@@ -140,7 +143,25 @@ impl Stress {
             injector: None,
             churn: false,
             page_out: PageOut::default(),
+            overlapped_page_in: true,
+            busy_poll: None,
+            async_page_in: false,
         }
+    }
+
+    fn async_page_in(mut self, on: bool) -> Self {
+        self.async_page_in = on;
+        self
+    }
+
+    fn overlapped_page_in(mut self, on: bool) -> Self {
+        self.overlapped_page_in = on;
+        self
+    }
+
+    fn busy_poll(mut self, window: Option<Duration>) -> Self {
+        self.busy_poll = window;
+        self
     }
 
     fn sample(mut self, sample: Option<Duration>) -> Self {
@@ -173,6 +194,9 @@ impl Stress {
             injector,
             churn,
             page_out,
+            overlapped_page_in,
+            busy_poll,
+            async_page_in,
         } = self;
         let ps = page_size();
         let chunk = chunk_pages * ps;
@@ -185,6 +209,9 @@ impl Stress {
             .resolve(mode)
             .sample_interval(sample)
             .page_out(page_out)
+            .overlapped_page_in(overlapped_page_in)
+            .busy_poll(busy_poll)
+            .async_page_in(async_page_in)
             .log_errors(false);
         cfg.fault_injector = injector.clone();
         let region = Arc::new(Region::new(cfg).unwrap());
@@ -359,6 +386,61 @@ fn randomized_every_policy_with_page_out_headroom() {
             .sample(sample)
             .page_out(page_out)
             .run();
+    }
+}
+
+/// Page-sized chunks with a headroom: each page-in's read overlaps the eviction of the next
+/// victims (overlapped page-in), with and without a busy-polling handler, both engines.
+#[test]
+fn randomized_overlapped_page_in_and_busy_polling() {
+    if !supported() {
+        return;
+    }
+    for mode in MODES {
+        for (overlap, poll) in [
+            (true, None),
+            (true, Some(Duration::from_micros(50))),
+            (false, Some(Duration::from_micros(50))),
+        ] {
+            for page_out in [PageOut::Threads(2), PageOut::IoUring(4)] {
+                let s = Stress::new("chunk-queues".parse().unwrap(), mode, 1, 8)
+                    .sample(Some(Duration::from_millis(2)))
+                    .page_out(page_out)
+                    .overlapped_page_in(overlap)
+                    .busy_poll(poll)
+                    .run();
+                assert!(
+                    s.page_ins > 0 && s.page_outs > 0,
+                    "{mode:?} {page_out} overlap {overlap}: {s:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Asynchronous page-in: the faulting page is read, verified and mapped before the rest of
+/// its chunk; other threads fault elsewhere in the chunk meanwhile. Every page-out engine,
+/// with discards and run-time changes (Copy mode: the only one it applies to).
+#[test]
+fn randomized_asynchronous_page_in() {
+    if !supported() {
+        return;
+    }
+    for page_out in PAGE_OUTS {
+        for churn in [false, true] {
+            let mut st = Stress::new("chunk-queues".parse().unwrap(), ResolveMode::Copy, 8, 3)
+                .sample(Some(Duration::from_millis(2)))
+                .page_out(page_out)
+                .async_page_in(true);
+            if churn {
+                st = st.churn();
+            }
+            let s = st.run();
+            assert!(
+                s.early_wakes > 0 && s.early_wakes <= s.page_ins,
+                "{page_out} churn {churn}: {s:?}"
+            );
+        }
     }
 }
 

@@ -206,6 +206,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     let cfg = RegionConfig::new(size, config.budget, &config.swap_dir)
         .policy(config.policy.clone())
         .chunk_size(config.chunk_size)
+        .busy_poll(config.busy_poll)
         .name("arena");
     // SAFETY: [start, start + size) lies inside the reservation made above, which nothing
     // else uses.
@@ -584,6 +585,7 @@ pub fn fixed_map(
     let mut cfg = RegionConfig::new(len, budget, &p.config.swap_dir)
         .policy(p.policy.clone())
         .chunk_size(p.config.chunk_size)
+        .busy_poll(p.config.busy_poll)
         .name(kind.name());
     if let Some(a) = addr {
         // SAFETY: the program asked for MAP_FIXED at `a`: it gives up whatever is there.

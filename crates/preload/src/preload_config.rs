@@ -36,6 +36,8 @@ pub struct PreloadConfig {
     pub manage_children: bool,
     /// Paging unit.
     pub chunk_size: usize,
+    /// Busy-polling window of the fault handlers; `None`: off.
+    pub busy_poll: Option<std::time::Duration>,
 }
 
 impl PreloadConfig {
@@ -114,6 +116,20 @@ impl PreloadConfig {
                 reason: format!("smaller than one chunk ({chunk_size} bytes)"),
             });
         }
+        let busy_poll = match get(launch_env::BUSY_POLL_US) {
+            None => None,
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(0) => None,
+                Ok(us @ 1..=1_000_000) => Some(std::time::Duration::from_micros(us)),
+                _ => {
+                    return Err(PreloadError::Env {
+                        name: launch_env::BUSY_POLL_US,
+                        value: v,
+                        reason: "expected microseconds from 0 to 1000000".into(),
+                    })
+                }
+            },
+        };
         Ok(Some(Self {
             budget,
             policy,
@@ -127,6 +143,7 @@ impl PreloadConfig {
                 .unwrap_or_else(memvisor_control::socket_dir::default_control_dir),
             manage_children: get(launch_env::MANAGE_CHILDREN).is_some_and(|v| v == "1"),
             chunk_size,
+            busy_poll,
         }))
     }
 }
@@ -160,10 +177,12 @@ mod tests {
             (launch_env::CONTROL_DIR, "/tmp/c"),
             (launch_env::MANAGE_CHILDREN, "1"),
             (launch_env::CHUNK_SIZE, "65536"),
+            (launch_env::BUSY_POLL_US, "100"),
         ])
         .unwrap()
         .unwrap();
         assert_eq!(c.chunk_size, 64 << 10);
+        assert_eq!(c.busy_poll, Some(std::time::Duration::from_micros(100)));
         assert_eq!(c.budget, 64 << 20);
         assert_eq!(c.policy, PolicySpec::Clock);
         assert_eq!(c.swap_dir, PathBuf::from("/tmp/s"));
@@ -175,6 +194,7 @@ mod tests {
     fn chunk_size_defaults_to_the_pagers() {
         let c = read(&[(launch_env::BUDGET, "67108864")]).unwrap().unwrap();
         assert_eq!(c.chunk_size, DEFAULT_CHUNK_SIZE);
+        assert_eq!(c.busy_poll, None);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[
             (launch_env::BUDGET, "65536"),
@@ -196,6 +216,8 @@ mod tests {
             (launch_env::ARENA_SIZE, "1"),
             (launch_env::CHUNK_SIZE, "0"),
             (launch_env::CHUNK_SIZE, "5000"),
+            (launch_env::BUSY_POLL_US, "fast"),
+            (launch_env::BUSY_POLL_US, "2000000"),
             (launch_env::CHUNK_SIZE, "134217728"),
         ] {
             let mut pairs = vec![(launch_env::BUDGET, "67108864")];

@@ -35,6 +35,8 @@ impl FaultHandler {
                 return Err(());
             }
         };
+        // The bytes the write will carry: nobody changes them until it completes.
+        self.swap.set_page_checksums(v, data);
         let Some(engine) = self.engine.as_mut() else {
             return Err(());
         };
@@ -162,13 +164,19 @@ impl FaultHandler {
     /// quarter of it) are free, counting writes in flight as free soon, with at most the
     /// engine's depth of writes in flight.
     pub(super) fn keep_headroom(&mut self) {
+        self.keep_headroom_for(0);
+    }
+
+    /// [`keep_headroom`](Self::keep_headroom) as if `incoming` more chunks were resident
+    /// already (during a page-in, before the chunk is admitted).
+    pub(super) fn keep_headroom_for(&mut self, incoming: usize) {
         let Some(depth) = self.engine.as_ref().map(|e| e.depth()) else {
             return;
         };
         // A quarter of the budget at most: headroom is memory the policy does not use.
         let cap = self.policy.capacity();
         let target = cap - self.headroom.min(cap / 4);
-        while self.policy.len() > target && self.writing < depth {
+        while self.policy.len() + incoming > target && self.writing < depth {
             match self.policy.evict() {
                 Some(v) => self.evict_or_overrun(v as usize),
                 None => break,

@@ -24,6 +24,7 @@ use memvisor_policy::{EvictionPolicy, PolicySpec};
 
 use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::crc32c::crc32c;
+use crate::demand_reader::DemandReader;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::page_out_engine::{PageOutEngine, WriteDone};
@@ -133,6 +134,15 @@ pub(crate) struct FaultHandler {
     pub prefetcher: Option<ChunkPrefetcher>,
     /// The chunk of the last page-in, to detect sequential page-ins.
     last_page_in: Option<usize>,
+    /// Busy-polling window after serving faults; `None`: block at once.
+    pub busy_poll: Option<Duration>,
+    /// Asynchronous page-in: map the faulting page first (the swap file keeps page checksums).
+    pub async_page_in: bool,
+    /// Region offset of the page whose fault started the page-in being served.
+    fault_offset: Option<usize>,
+    /// With asynchronous page-out: page-in reads go through this io_uring, and victims are
+    /// chosen and their writes started while the read is in flight; `None`: `pread`.
+    pub demand: Option<DemandReader>,
     page: usize,
     uffd_error_logged: bool,
 }
@@ -179,6 +189,10 @@ impl FaultHandler {
             done_buf: Vec::new(),
             prefetcher: None,
             last_page_in: None,
+            busy_poll: None,
+            async_page_in: false,
+            fault_offset: None,
+            demand: None,
             page: page_size(),
             uffd_error_logged: false,
         }
@@ -197,8 +211,10 @@ impl FaultHandler {
     fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.sample_interval.map(|i| Instant::now() + i);
+        // While busy polling, until when.
+        let mut spin_until: Option<Instant> = None;
         loop {
-            let timeout = match next_sample {
+            let mut timeout = match next_sample {
                 None => -1,
                 Some(at) => {
                     let now = Instant::now();
@@ -235,6 +251,13 @@ impl FaultHandler {
                     revents: 0,
                 },
             ];
+            if let Some(until) = spin_until {
+                if Instant::now() < until {
+                    timeout = 0;
+                } else {
+                    spin_until = None;
+                }
+            }
             // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if r < 0 {
@@ -279,6 +302,9 @@ impl FaultHandler {
                     self.on_fault(ev);
                 }
             }
+            if let Some(window) = self.busy_poll {
+                spin_until = Some(Instant::now() + window);
+            }
             self.check_invariants("faults");
         }
     }
@@ -300,12 +326,29 @@ impl FaultHandler {
     fn sample(&mut self) {
         let t = Instant::now();
         self.policy.on_sample();
-        for c in 0..self.states.len() {
-            if self.states[c] == ChunkState::In && self.policy.contains(c as u64) {
-                let (start, len) = self.chunk_range(c);
-                if let Err(e) = self.registered_dontneed(start, len) {
-                    self.memory_error("MADV_DONTNEED (sampling)", start, len, e);
+        // One madvise per run of chunks rather than one per chunk (65,536 calls a sample for a
+        // 256 MiB budget of 4 KiB chunks). A run may include chunks that are out or being
+        // written: they have no entries in the registered mapping, so dropping is a no-op
+        // there. It ends at overrun chunks (resident, not the policy's) and poisoned ones.
+        let mut run: Option<usize> = None;
+        for c in 0..=self.states.len() {
+            let in_run = self.states.get(c).is_some_and(|st| match st {
+                ChunkState::In => self.policy.contains(c as u64),
+                ChunkState::Out | ChunkState::Writing => true,
+                ChunkState::Poisoned => false,
+            });
+            match (in_run, run) {
+                (true, None) => run = Some(c),
+                (false, Some(first)) => {
+                    run = None;
+                    let start = self.chunk_range(first).0;
+                    let end = self.chunk_range(c - 1);
+                    let len = end.0 + end.1 - start;
+                    if let Err(e) = self.registered_dontneed(start, len) {
+                        self.memory_error("MADV_DONTNEED (sampling)", start, len, e);
+                    }
                 }
+                _ => {}
             }
         }
         add(&self.stats().samples, 1);
@@ -421,7 +464,9 @@ impl FaultHandler {
             }
             ChunkState::Out => {
                 let t = Instant::now();
+                self.fault_offset = Some(offset);
                 self.page_in(c);
+                self.fault_offset = None;
                 self.stats().record_page_in(nanos(t));
             }
         }
@@ -675,7 +720,7 @@ impl FaultHandler {
             let buf =
                 unsafe { std::slice::from_raw_parts_mut(self.alias.as_ptr().add(start), len) };
             let t = Instant::now();
-            let r = self.swap.read_chunk(c, buf);
+            let r = self.read_stored(c, buf);
             add(&self.stats().swap_read_nanos, nanos(t));
             r.map_err(PageInError::Read)?;
             if let Some((at, n)) = zero {
@@ -720,7 +765,8 @@ impl FaultHandler {
             }
             r
         } else {
-            self.swap.read_chunk(c, buf)
+            self.map_faulting_page_first(c, start, buf, zero)
+                .and_then(|()| self.read_stored(c, buf))
         };
         add(&self.stats().swap_read_nanos, nanos(t));
         if read.is_ok() {
@@ -738,6 +784,79 @@ impl FaultHandler {
         };
         self.bounce = Some(bounce);
         r
+    }
+
+    /// Asynchronous page-in (seed 003, section 4.3): reads the faulting page of stored chunk
+    /// `c` (at `start`) on its own, verifies it against its page checksum, maps it and wakes
+    /// the thread waiting on it; the caller then reads and maps the rest of the chunk (a
+    /// whole-chunk read verified by the chunk's checksum, mapped around the page that is
+    /// already there). A failed page read fails the page-in; anything else (off, no page
+    /// checksum, a partial discard pending, a mapping error) leaves the whole-chunk path to
+    /// do everything.
+    fn map_faulting_page_first(
+        &mut self,
+        c: usize,
+        start: usize,
+        buf: &mut [u8],
+        zero: Option<(usize, usize)>,
+    ) -> Result<(), ReadError> {
+        let Some(offset) = self.fault_offset.take() else {
+            return Ok(());
+        };
+        if !self.async_page_in || zero.is_some() || offset < start {
+            return Ok(());
+        }
+        let in_chunk = offset - start;
+        let Some(page_buf) = buf.get_mut(in_chunk..in_chunk + self.page) else {
+            return Ok(());
+        };
+        if !self.swap.read_page(c, in_chunk / self.page, page_buf)? {
+            return Ok(());
+        }
+        if self
+            .fill_wake(start + in_chunk, self.page, Fill::Copy(page_buf), true)
+            .is_ok()
+        {
+            add(&self.stats().early_wakes, 1);
+        }
+        Ok(())
+    }
+
+    /// Reads stored chunk `c` into `buf` (its page-in buffer: the bounce buffer or the chunk's
+    /// alias pages), as [`SwapFile::read_chunk`] does. With a demand reader the read is
+    /// submitted to its io_uring and, while the disk works, victims are chosen and their
+    /// writes started for the headroom this page-in will use up, so that work is off the
+    /// faulting thread's wait.
+    fn read_stored(&mut self, c: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
+        if self.engine.is_none() || self.demand.is_none() {
+            return self.swap.read_chunk(c, buf);
+        }
+        let (fd, offset) = match self.swap.read_target(c, buf) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(ReadError::Io(e)),
+        };
+        let started = match self.demand.as_mut() {
+            // SAFETY: `buf` is chunk `c`'s page-in buffer: the handler's bounce buffer, or the
+            // alias pages of a chunk that is out of memory (program accesses fault and wait for
+            // this thread). Nothing touches it until `finish` below returns, and the evictions
+            // meanwhile never pick `c` (it is not resident). `fd` is the swap file's, open as
+            // long as `self.swap`.
+            Some(d) => unsafe { d.start(fd, offset, buf) },
+            None => return self.swap.read_chunk(c, buf),
+        };
+        if started.is_err() {
+            // The ring refused the read: read synchronously from now on.
+            self.demand = None;
+            return self.swap.read_chunk(c, buf);
+        }
+        self.keep_headroom_for(1);
+        let done = match self.demand.as_mut() {
+            Some(d) => d.finish(),
+            None => Err(io::Error::other("demand reader lost")),
+        };
+        done.map_err(ReadError::Io)?;
+        self.swap.accept_read(c, buf).map(|()| true)
     }
 
     /// During the page-in of stored chunk `c`: if the previous page-in was `c - 1`, starts
