@@ -27,6 +27,9 @@ pub enum WorkloadKind {
     Zipf {
         /// The exponent, in `0..=100`.
         alpha: f64,
+        /// Ranks mapped to ids by a fixed pseudo-random permutation (popular ids scattered);
+        /// `false`: rank `r` is id `r - 1`, so the popular ids are contiguous from 0.
+        scatter: bool,
     },
     /// A hot set, optionally polluted by scans of cold units.
     HotSet {
@@ -62,7 +65,7 @@ pub enum WorkloadKind {
 /// | `seq` | a one-time sequential stream: units `0, 1, ..., len - 1`, each once (`n` only sets the default `len`) | `len` |
 /// | `loop` | a cyclic scan: unit `i mod n` | `n` |
 /// | `uniform` | uniform over `0..n` | `n` |
-/// | `zipf:alpha=0.99` | Zipf(alpha) over `n` units; `alpha` in `0..=100` (0 is uniform); ranks are mapped to ids by a fixed pseudo-random permutation, so popular ids are not contiguous | `n` |
+/// | `zipf:alpha=0.99[:scatter=off]` | Zipf(alpha) over `n` units; `alpha` in `0..=100` (0 is uniform); ranks are mapped to ids by a fixed pseudo-random permutation, so popular ids are not contiguous; with `scatter=off` rank `r` is id `r - 1`, so the most popular ids are `0, 1, 2, ...` | `n` |
 /// | `hotset:hot=0.1:hot-prob=0.9[:scan-every=K:scan-len=L]` | units `0..h` (`h = round(hot * n)`, clamped to `1..n`) are hot: each request picks a uniform hot unit with probability `hot-prob`, else a uniform cold unit (`h..n`). With `scan-every=K > 0`, after every `K` such requests comes a scan of `L` consecutive cold units (default `L = n - h`), continuing where the previous scan stopped and wrapping around the cold range | `n` |
 /// | `phases:phases=4[:alpha=0.99][:ws=W]` | the stream is cut into `phases` equal parts; part `p` draws Zipf(alpha) over a window of `W` units (default `n / phases`) starting at unit `p * (n / phases)` (wrapping modulo `n`), with its own rank-to-id permutation within the window | `n` |
 ///
@@ -138,7 +141,14 @@ impl fmt::Display for WorkloadSpec {
         write!(f, "{}:n={}", self.name(), self.n)?;
         match self.kind {
             WorkloadKind::Seq | WorkloadKind::Loop | WorkloadKind::Uniform => {}
-            WorkloadKind::Zipf { alpha } => write!(f, ":alpha={alpha}")?,
+            WorkloadKind::Zipf { alpha, scatter } => {
+                write!(f, ":alpha={alpha}")?;
+                if !scatter {
+                    // Spelled only when not the default, so specs written before it existed
+                    // keep their canonical form.
+                    write!(f, ":scatter=off")?;
+                }
+            }
             WorkloadKind::HotSet {
                 hot,
                 hot_prob,
@@ -191,6 +201,11 @@ impl FromStr for WorkloadSpec {
             "uniform" => WorkloadKind::Uniform,
             "zipf" => WorkloadKind::Zipf {
                 alpha: alpha(&mut p)?,
+                scatter: match p.take("scatter", "on".to_string())?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(p.error("scatter", other, "must be on or off")),
+                },
             },
             "hotset" => {
                 p.check(n >= 2, "n", n, "hotset needs at least 2 units")?;
@@ -265,7 +280,8 @@ enum Generator {
     },
     Zipf {
         zipf: Zipf,
-        ids: Permutation,
+        /// `None`: ranks in address order.
+        ids: Option<Permutation>,
     },
     HotSet {
         hot: u64,
@@ -315,9 +331,9 @@ impl Requests {
             WorkloadKind::Seq => Generator::Seq,
             WorkloadKind::Loop => Generator::Loop { n },
             WorkloadKind::Uniform => Generator::Uniform { n },
-            WorkloadKind::Zipf { alpha } => Generator::Zipf {
+            WorkloadKind::Zipf { alpha, scatter } => Generator::Zipf {
                 zipf: Zipf::new(n, alpha),
-                ids: Permutation::new(n, perm_key),
+                ids: scatter.then(|| Permutation::new(n, perm_key)),
             },
             WorkloadKind::HotSet {
                 hot,
@@ -363,7 +379,10 @@ impl Requests {
             Generator::Seq => i,
             Generator::Loop { n } => i % *n,
             Generator::Uniform { n } => rng.below(*n),
-            Generator::Zipf { zipf, ids } => ids.apply(zipf.sample(rng) - 1),
+            Generator::Zipf { zipf, ids } => {
+                let rank = zipf.sample(rng) - 1;
+                ids.as_ref().map_or(rank, |p| p.apply(rank))
+            }
             Generator::HotSet {
                 hot,
                 cold,
@@ -615,6 +634,34 @@ mod tests {
         assert!(
             small < 50,
             "{small} of the first 1000 requests hit ids below 100"
+        );
+    }
+
+    #[test]
+    fn zipf_without_scatter_puts_the_popular_ids_first() {
+        let s = "zipf:n=1000000:alpha=1.2:len=1000:scatter=off";
+        let w = spec(s);
+        assert_eq!(
+            w.to_string(),
+            "zipf:n=1000000:alpha=1.2:scatter=off:len=1000:seed=1"
+        );
+        assert_eq!(spec(&w.to_string()), w);
+        let ids: Vec<u64> = w.requests().map(|r| r.unit).collect();
+        let small = ids.iter().filter(|&&x| x < 100).count();
+        assert!(small > 500, "{small} of 1000 requests hit ids below 100");
+        // Same ranks drawn as the scattered spec: only the mapping differs.
+        let scattered = spec("zipf:n=1000000:alpha=1.2:len=1000");
+        assert_eq!(
+            scattered.to_string(),
+            "zipf:n=1000000:alpha=1.2:len=1000:seed=1"
+        );
+        let e = "zipf:n=10:scatter=maybe"
+            .parse::<WorkloadSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("scatter=maybe") && e.contains("on or off"),
+            "{e}"
         );
     }
 
