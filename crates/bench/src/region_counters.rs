@@ -66,6 +66,12 @@ region_counters!(
     write_errors,
     /// Failed swap reads and checksum mismatches.
     read_errors,
+    /// Chunks read ahead of their fault (sequential readahead).
+    readahead_reads,
+    /// Page-ins served from data read ahead.
+    readahead_hits,
+    /// Asynchronous page-ins: the faulting thread released after its own page.
+    early_wakes,
 );
 
 impl RegionCounters {
