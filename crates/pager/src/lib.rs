@@ -8,7 +8,11 @@
 //! with zeros) in one ioctl, which wakes every thread waiting in that chunk. Chunks are mapped
 //! write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which were written: clean chunks are
 //! evicted without a write. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the
-//! policy's reference bits. Design notes and measurements: the crate's README.
+//! policy's reference bits. Victims are written asynchronously (writer threads or an io_uring,
+//! [`PageOut`]), ahead of demand and, with overlapped page-in, while the faulting chunk's read
+//! is in flight; sequential page-ins are read ahead; asynchronous page-in (the faulting page
+//! first) and busy polling of the userfaultfd are optional. Design notes and measurements: the
+//! crate's README.
 //!
 //! ```no_run
 //! use memvisor_pager::{Region, RegionConfig};
