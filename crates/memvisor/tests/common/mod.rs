@@ -2,9 +2,13 @@
 
 #![allow(dead_code)]
 
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use memvisor_control::ProcessStatus;
 
 /// The memvisor binary under test.
 pub fn memvisor_bin() -> &'static str {
@@ -86,4 +90,37 @@ pub fn memvisor(control_dir: &Path) -> Command {
 /// stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `memvisor stat PID --json` of a process managed under the control directory `dir`.
+pub fn stat_json(dir: &Path, pid: &str) -> ProcessStatus {
+    let o = memvisor(dir)
+        .args(["stat", pid, "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "stat: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A TCP port of 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Connects to `port` of 127.0.0.1 once the server `what` listens there (20 s at most).
+pub fn connect_when_listening(port: u16, what: &str) -> TcpStream {
+    let start = Instant::now();
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => return s,
+            Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("{what} did not come up on port {port}: {e}"),
+        }
+    }
 }
