@@ -174,7 +174,7 @@ fn memcached_data_larger_than_budget_survives_paging() {
     // times the page-ins). `--arena 2G`, as in the redis test: debug builds check every
     // chunk's state after each batch of faults, which over the default arena (twice host RAM:
     // 47 GiB, 770 K chunks of 64 KiB) cost about 1 ms of CPU a fault (minutes, not seconds).
-    let mut server = memvisor(&ctl)
+    let server = memvisor(&ctl)
         .env("LD_PRELOAD", &jemalloc)
         .args(["run", "--budget", "64M", "--chunk-size", "64K"])
         .args(["--min-region", "1M", "--arena", "2G", "--swap-dir"])
@@ -185,6 +185,7 @@ fn memcached_data_larger_than_budget_survives_paging() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let server = RunGuard::new(server);
     let stream = connect_when_listening(port, "memcached");
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
@@ -253,9 +254,7 @@ fn memcached_data_larger_than_budget_survives_paging() {
     );
 
     // SIGTERM to memvisor run is forwarded; memcached exits on it with status 0.
-    // SAFETY: kill with the pid of our own child, which has not been waited for.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let status = server.wait().unwrap();
+    let status = server.terminate();
     assert_eq!(
         status.code(),
         Some(0),

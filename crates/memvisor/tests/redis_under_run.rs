@@ -74,7 +74,7 @@ fn redis_data_larger_than_budget_survives_paging() {
     let t = tempfile::tempdir().unwrap();
     let ctl = t.path().join("ctl");
     let port = free_port().to_string();
-    let mut server = memvisor(&ctl)
+    let server = memvisor(&ctl)
         .args([
             "run",
             "--budget",
@@ -102,6 +102,7 @@ fn redis_data_larger_than_budget_survives_paging() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let server = RunGuard::new(server);
     let stream = connect_when_listening(port.parse().unwrap(), "redis-server");
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
@@ -174,7 +175,7 @@ fn redis_data_larger_than_budget_survives_paging() {
         String::from_utf8_lossy(&o.stdout)
     );
     let _ = w.write_all(&command(&[b"SHUTDOWN", b"NOSAVE"]));
-    let status = server.wait().unwrap();
+    let status = server.wait();
     assert_eq!(
         status.code(),
         Some(0),

@@ -4,7 +4,7 @@
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -122,5 +122,52 @@ pub fn connect_when_listening(port: u16, what: &str) -> TcpStream {
             }
             Err(e) => panic!("{what} did not come up on port {port}: {e}"),
         }
+    }
+}
+
+/// A `memvisor run` child that is stopped if the test ends without waiting for it (a failed
+/// assertion), so a server does not outlive its test: `SIGTERM` (forwarded to the program),
+/// then `SIGKILL` after 5 s.
+pub struct RunGuard(Option<Child>);
+
+impl RunGuard {
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// The pid of `memvisor run`.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for `memvisor run` to exit (the program was told to stop some other way).
+    pub fn wait(mut self) -> ExitStatus {
+        self.0.take().expect("running").wait().unwrap()
+    }
+
+    /// Sends `SIGTERM` to `memvisor run` and waits for its exit status.
+    pub fn terminate(self) -> ExitStatus {
+        // SAFETY: kill with the pid of our own child, which has not been waited for.
+        unsafe { libc::kill(self.id() as i32, libc::SIGTERM) };
+        self.wait()
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
+        // SAFETY: kill with the pid of our own child, which has not been waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
