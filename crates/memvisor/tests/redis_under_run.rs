@@ -6,12 +6,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::*;
-use memvisor_control::ProcessStatus;
 
 /// 200 values of 512 KiB: 100 MiB of data against a 48 MiB budget. (Many small keys work
 /// too, but thrash with 1 MiB chunks once redis rehashes its dictionary under memory pressure:
@@ -60,14 +58,6 @@ fn reply(r: &mut impl BufRead) -> Vec<u8> {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn redis_data_larger_than_budget_survives_paging() {
     if !userfaultfd_usable() {
@@ -84,7 +74,7 @@ fn redis_data_larger_than_budget_survives_paging() {
     let t = tempfile::tempdir().unwrap();
     let ctl = t.path().join("ctl");
     let port = free_port().to_string();
-    let mut server = memvisor(&ctl)
+    let server = memvisor(&ctl)
         .args([
             "run",
             "--budget",
@@ -112,16 +102,8 @@ fn redis_data_larger_than_budget_survives_paging() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let stream = loop {
-        match TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())) {
-            Ok(s) => break s,
-            Err(_) if start.elapsed() < Duration::from_secs(20) => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("redis did not come up: {e}"),
-        }
-    };
+    let server = RunGuard::new(server);
+    let stream = connect_when_listening(port.parse().unwrap(), "redis-server");
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
 
@@ -152,12 +134,7 @@ fn redis_data_larger_than_budget_survives_paging() {
     assert_eq!(sockets.len(), 1, "{sockets:?}");
     let rpid = sockets[0].to_string();
     assert_ne!(rpid, pid);
-    let o = memvisor(&ctl)
-        .args(["stat", &rpid, "--json"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let s: ProcessStatus = serde_json::from_slice(&o.stdout).unwrap();
+    let s = stat_json(&ctl, &rpid);
     assert_eq!(s.program, "redis-server");
     let a = &s.regions[0];
     assert!(a.mapped_bytes > 96 * MIB, "redis data in the arena: {a:?}");
@@ -198,7 +175,7 @@ fn redis_data_larger_than_budget_survives_paging() {
         String::from_utf8_lossy(&o.stdout)
     );
     let _ = w.write_all(&command(&[b"SHUTDOWN", b"NOSAVE"]));
-    let status = server.wait().unwrap();
+    let status = server.wait();
     assert_eq!(
         status.code(),
         Some(0),

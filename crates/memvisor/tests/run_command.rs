@@ -8,18 +8,8 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
 use common::*;
-use memvisor_control::ProcessStatus;
 
 const MIB: u64 = 1 << 20;
-
-fn stat_json(dir: &std::path::Path, pid: &str) -> ProcessStatus {
-    let o = memvisor(dir)
-        .args(["stat", pid, "--json"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "stat: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 /// 64 MiB of patterned data under a 16 MiB budget: written, verified, partly discarded with
 /// MADV_DONTNEED, partly unmapped and remapped, mremapped, across fork and fork+exec; then

@@ -2,9 +2,13 @@
 
 #![allow(dead_code)]
 
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use memvisor_control::ProcessStatus;
 
 /// The memvisor binary under test.
 pub fn memvisor_bin() -> &'static str {
@@ -86,4 +90,84 @@ pub fn memvisor(control_dir: &Path) -> Command {
 /// stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `memvisor stat PID --json` of a process managed under the control directory `dir`.
+pub fn stat_json(dir: &Path, pid: &str) -> ProcessStatus {
+    let o = memvisor(dir)
+        .args(["stat", pid, "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "stat: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A TCP port of 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Connects to `port` of 127.0.0.1 once the server `what` listens there (20 s at most).
+pub fn connect_when_listening(port: u16, what: &str) -> TcpStream {
+    let start = Instant::now();
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => return s,
+            Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("{what} did not come up on port {port}: {e}"),
+        }
+    }
+}
+
+/// A `memvisor run` child that is stopped if the test ends without waiting for it (a failed
+/// assertion), so a server does not outlive its test: `SIGTERM` (forwarded to the program),
+/// then `SIGKILL` after 5 s.
+pub struct RunGuard(Option<Child>);
+
+impl RunGuard {
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// The pid of `memvisor run`.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for `memvisor run` to exit (the program was told to stop some other way).
+    pub fn wait(mut self) -> ExitStatus {
+        self.0.take().expect("running").wait().unwrap()
+    }
+
+    /// Sends `SIGTERM` to `memvisor run` and waits for its exit status.
+    pub fn terminate(self) -> ExitStatus {
+        // SAFETY: kill with the pid of our own child, which has not been waited for.
+        unsafe { libc::kill(self.id() as i32, libc::SIGTERM) };
+        self.wait()
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
+        // SAFETY: kill with the pid of our own child, which has not been waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
