@@ -1,4 +1,5 @@
-//! Parsing of sizes (`1G`, `256M`, `64K`, `4096`) and durations (`1s`, `100ms`, `off`).
+//! Parsing of sizes (`1G`, `256M`, `64K`, `4096`) and durations (`1s`, `100ms`, `off`; the
+//! duration syntax is `memvisor_control::parse_duration`'s).
 
 use std::time::Duration;
 
@@ -35,25 +36,7 @@ pub fn format_bytes(bytes: usize) -> String {
 
 /// Parses a duration `500ms`, `1s`, `2.5s`, `100us`, or `off` / `none` (`None`).
 pub fn parse_interval(what: &'static str, text: &str) -> Result<Option<Duration>, BenchError> {
-    let t = text.trim().to_ascii_lowercase();
-    if t == "off" || t == "none" {
-        return Ok(None);
-    }
-    let bad = || BenchError::bad(what, text, "expected a duration such as 1s, 100ms or off");
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        return Err(bad());
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(bad());
-    }
-    Ok(Some(Duration::from_secs_f64(v * scale)))
+    memvisor_control::parse_duration(text).map_err(|reason| BenchError::bad(what, text, reason))
 }
 
 #[cfg(test)]

@@ -196,24 +196,17 @@ fn parse_size(arg: &'static str, text: &str) -> Result<ByteSize, RunError> {
     ByteSize::parse(text).map_err(|source| RunError::Size { arg, source })
 }
 
-/// A duration in whole microseconds from 0 to 1 s: `0`, `100us`, `0.5ms`, `1s`.
+/// `--busy-poll`: whole microseconds from 0 (`0` or `off`) to 1 s, spelled as
+/// [`memvisor_control::parse_duration`] reads durations (`100us`, `0.5ms`).
 fn parse_micros(text: &str) -> Option<u64> {
-    let t = text.trim();
-    if t == "0" || t == "off" {
+    if text.trim() == "0" {
         return Some(0);
     }
-    let (num, scale) = if let Some(n) = t.strip_suffix("us") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e6)
-    } else {
-        return None;
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    let us = (v * scale).round();
-    (v.is_finite() && (0.0..=1e6).contains(&us)).then_some(us as u64)
+    match memvisor_control::parse_duration(text).ok()? {
+        None => Some(0),
+        Some(d) if d <= std::time::Duration::from_secs(1) => Some((d.as_micros() as u64).max(1)),
+        Some(_) => None,
+    }
 }
 
 /// Everything validated, ready to start.
