@@ -26,7 +26,6 @@ use common::*;
 use memvisor_control::{ProcessStatus, RegionStatus};
 use memvisor_testvm::{
     qemu_binary, GuestConfig, GuestImage, GuestRun, MemPhaseKind, MemoryBackend, RunningGuest,
-    TestVmError,
 };
 
 const MIB: u64 = 1 << 20;
@@ -43,18 +42,7 @@ fn image_or_skip(test: &str) -> Option<GuestImage> {
     if !userfaultfd_usable() {
         return None;
     }
-    match qemu_binary() {
-        Ok(_) => {}
-        Err(e @ TestVmError::QemuNotFound { .. }) => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{test}: {e} (CI=true: scripts/install must provide QEMU)");
-            }
-            eprintln!("SKIPPED {test}: {e}");
-            return None;
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
-    Some(GuestImage::locate_or_build().unwrap_or_else(|e| panic!("{test}: {e}")))
+    GuestImage::for_test(test)
 }
 
 /// The region kind and the memfd name (in `/proc/PID/fd`) guest RAM has under the library.

@@ -33,6 +33,24 @@ fn workspace_root() -> PathBuf {
 static BUILD: Mutex<Option<GuestImage>> = Mutex::new(None);
 
 impl GuestImage {
+    /// For a test named `test`: the image, built if needed, or `None` after printing
+    /// `SKIPPED` when QEMU is not installed and `CI` is not `true`. Under CI a missing QEMU
+    /// fails the test (scripts/install provides it), as does any other error.
+    pub fn for_test(test: &str) -> Option<Self> {
+        match crate::qemu_binary::qemu_binary() {
+            Ok(_) => {}
+            Err(e @ TestVmError::QemuNotFound { .. }) => {
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    panic!("{test}: {e} (CI=true: scripts/install must provide QEMU)");
+                }
+                eprintln!("SKIPPED {test}: {e}");
+                return None;
+            }
+            Err(e) => panic!("{test}: {e}"),
+        }
+        Some(Self::locate_or_build().unwrap_or_else(|e| panic!("{test}: {e}")))
+    }
+
     /// Where the image lives: `$MEMVISOR_GUEST_DIR`, else `target/guest` in the workspace.
     pub fn default_dir() -> PathBuf {
         match std::env::var_os("MEMVISOR_GUEST_DIR") {

@@ -1,15 +1,13 @@
 //! Real guests reading a virtio disk whose blocks carry a known pattern.
 
-mod common;
-
 use std::io::{Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use memvisor_testvm::{DiskCache, DiskConfig, DiskPattern, GuestConfig, TestVmError};
+use memvisor_testvm::{DiskCache, DiskConfig, DiskPattern, GuestConfig, GuestImage, TestVmError};
 
 #[test]
 fn disk_reads_verify_the_generated_image() {
-    let Some(image) = common::image_or_skip("disk_reads_verify_the_generated_image") else {
+    let Some(image) = GuestImage::for_test("disk_reads_verify_the_generated_image") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -53,7 +51,7 @@ fn disk_reads_verify_the_generated_image() {
 /// `Corruption` error by `verified()`.
 #[test]
 fn a_corrupted_block_is_reported() {
-    let Some(image) = common::image_or_skip("a_corrupted_block_is_reported") else {
+    let Some(image) = GuestImage::for_test("a_corrupted_block_is_reported") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,5 @@
 //! Bad workload arguments, a failing QEMU, and a guest that overruns its timeout.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -28,7 +26,7 @@ fn workload_error(image: &GuestImage, workload: &str) -> String {
 
 #[test]
 fn unknown_command_is_a_clear_error() {
-    let Some(image) = common::image_or_skip("unknown_command_is_a_clear_error") else {
+    let Some(image) = GuestImage::for_test("unknown_command_is_a_clear_error") else {
         return;
     };
     assert_eq!(
@@ -39,7 +37,7 @@ fn unknown_command_is_a_clear_error() {
 
 #[test]
 fn bad_mem_arguments_are_a_clear_error() {
-    let Some(image) = common::image_or_skip("bad_mem_arguments_are_a_clear_error") else {
+    let Some(image) = GuestImage::for_test("bad_mem_arguments_are_a_clear_error") else {
         return;
     };
     assert_eq!(
@@ -50,7 +48,7 @@ fn bad_mem_arguments_are_a_clear_error() {
 
 #[test]
 fn disk_without_a_disk_is_a_clear_error() {
-    let Some(image) = common::image_or_skip("disk_without_a_disk_is_a_clear_error") else {
+    let Some(image) = GuestImage::for_test("disk_without_a_disk_is_a_clear_error") else {
         return;
     };
     assert_eq!(
@@ -61,7 +59,7 @@ fn disk_without_a_disk_is_a_clear_error() {
 
 #[test]
 fn qemu_failure_carries_its_stderr() {
-    let Some(image) = common::image_or_skip("qemu_failure_carries_its_stderr") else {
+    let Some(image) = GuestImage::for_test("qemu_failure_carries_its_stderr") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -91,7 +89,7 @@ fn qemu_failure_carries_its_stderr() {
 /// line, and the error shows the kernel's OOM message.
 #[test]
 fn oom_killed_workload_reports_no_result() {
-    let Some(image) = common::image_or_skip("oom_killed_workload_reports_no_result") else {
+    let Some(image) = GuestImage::for_test("oom_killed_workload_reports_no_result") else {
         return;
     };
     match GuestConfig::new(128, "mem 120")
@@ -109,7 +107,7 @@ fn oom_killed_workload_reports_no_result() {
 /// no QEMU is left behind.
 #[test]
 fn timeout_kills_wrapper_and_qemu() {
-    let Some(image) = common::image_or_skip("timeout_kills_wrapper_and_qemu") else {
+    let Some(image) = GuestImage::for_test("timeout_kills_wrapper_and_qemu") else {
         return;
     };
     let marker = "--seed 4242424242";
@@ -147,7 +145,7 @@ fn timeout_kills_wrapper_and_qemu() {
 /// after QEMU, and the leftover is killed with the group.
 #[test]
 fn leftover_holding_the_console_is_cleaned_up() {
-    let Some(image) = common::image_or_skip("leftover_holding_the_console_is_cleaned_up") else {
+    let Some(image) = GuestImage::for_test("leftover_holding_the_console_is_cleaned_up") else {
         return;
     };
     let qemu = GuestConfig::new(128, "noop").command(&image).unwrap();

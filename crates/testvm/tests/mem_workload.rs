@@ -1,15 +1,13 @@
 //! Real guests running the `mem` workload under plain QEMU (TCG).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use memvisor_testvm::{GuestConfig, MemPhaseKind, MemoryBackend, RunningGuest};
+use memvisor_testvm::{GuestConfig, GuestImage, MemPhaseKind, MemoryBackend, RunningGuest};
 
 /// 512 MiB of memfd-backed RAM, `mem 256`: every phase verifies every page it reads.
 #[test]
 fn mem_256_on_a_memfd_backend_verifies() {
-    let Some(image) = common::image_or_skip("mem_256_on_a_memfd_backend_verifies") else {
+    let Some(image) = GuestImage::for_test("mem_256_on_a_memfd_backend_verifies") else {
         return;
     };
     let config = GuestConfig::new(512, "mem 256 --thp on")
@@ -79,7 +77,7 @@ fn mem_256_on_a_memfd_backend_verifies() {
 /// Plain anonymous RAM, chosen patterns, two passes, 4 KiB pages only in the guest.
 #[test]
 fn mem_patterns_and_passes_on_anonymous_ram() {
-    let Some(image) = common::image_or_skip("mem_patterns_and_passes_on_anonymous_ram") else {
+    let Some(image) = GuestImage::for_test("mem_patterns_and_passes_on_anonymous_ram") else {
         return;
     };
     // 1 GiB: large enough that the guest kernel enables THP by default, so --thp off matters.

@@ -1,15 +1,13 @@
 //! The workload program run on the host: its self test (Zipf sampler, scatter bijection, page
 //! pattern, command line extraction), `cmdline` from a file, and `make-disk-image` errors.
 
-mod common;
-
 use std::process::Command;
 
-use memvisor_testvm::{parse_console, TestVmError, WorkloadResult};
+use memvisor_testvm::{parse_console, GuestImage, TestVmError, WorkloadResult};
 
 #[test]
 fn selftest_passes() {
-    let Some(image) = common::image_or_skip("selftest_passes") else {
+    let Some(image) = GuestImage::for_test("selftest_passes") else {
         return;
     };
     let out = Command::new(&image.workload)
@@ -28,7 +26,7 @@ fn selftest_passes() {
 
 #[test]
 fn cmdline_runs_every_command_from_a_file() {
-    let Some(image) = common::image_or_skip("cmdline_runs_every_command_from_a_file") else {
+    let Some(image) = GuestImage::for_test("cmdline_runs_every_command_from_a_file") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -81,7 +79,7 @@ fn cmdline_runs_every_command_from_a_file() {
 
 #[test]
 fn make_disk_image_errors_name_the_file() {
-    let Some(image) = common::image_or_skip("make_disk_image_errors_name_the_file") else {
+    let Some(image) = GuestImage::for_test("make_disk_image_errors_name_the_file") else {
         return;
     };
     let path = std::path::Path::new("/nonexistent-dir/x.img");
