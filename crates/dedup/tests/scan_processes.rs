@@ -209,18 +209,8 @@ fn absent_pages_are_not_read_or_faulted_in() {
     // 16 pages mapped in this process, 4 touched: scanning our own pid finds 12 absent pages,
     // and they are still not resident afterwards.
     let len = 16 * PAGE_SIZE;
-    // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
+    let map = memvisor_pager::Mapping::anonymous(len).unwrap();
+    let p: *mut libc::c_void = map.as_ptr().cast();
     let base = p as u64;
     for i in [0usize, 3, 4, 9] {
         // SAFETY: inside the mapping.
@@ -239,6 +229,5 @@ fn absent_pages_are_not_read_or_faulted_in() {
     // SAFETY: `vec` has one byte per page of the mapping.
     assert_eq!(unsafe { libc::mincore(p, len, vec.as_mut_ptr()) }, 0);
     assert_eq!(vec.iter().filter(|&&v| v & 1 != 0).count(), 4);
-    // SAFETY: our mapping.
-    unsafe { libc::munmap(p, len) };
+    drop(map);
 }

@@ -2,40 +2,23 @@
 //! (userfaultfd WP_ASYNC + PAGEMAP_SCAN) and still find new duplicates.
 
 use memvisor_dedup::{fill_seeded, PageState, Scanner, ScannerConfig, TrackedMemory, PAGE_SIZE};
+use memvisor_pager::Mapping;
 
+/// Private anonymous pages of this process (the pager's `Mapping`, unmapped on drop).
 struct Anon {
-    p: *mut u8,
-    len: usize,
+    map: Mapping,
 }
 
 impl Anon {
     fn new(pages: usize) -> Self {
-        let len = pages * PAGE_SIZE;
-        // SAFETY: a fresh private anonymous mapping, unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Self { p: p.cast(), len }
+        Self {
+            map: Mapping::anonymous(pages * PAGE_SIZE).unwrap(),
+        }
     }
     fn page(&mut self, i: usize) -> &mut [u8] {
-        assert!((i + 1) * PAGE_SIZE <= self.len);
+        assert!((i + 1) * PAGE_SIZE <= self.map.len());
         // SAFETY: inside the mapping, which lives as long as `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.p.add(i * PAGE_SIZE), PAGE_SIZE) }
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.p.cast(), self.len) };
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().add(i * PAGE_SIZE), PAGE_SIZE) }
     }
 }
 
@@ -46,7 +29,7 @@ fn rescans_hash_only_written_pages_and_find_new_duplicates() {
         fill_seeded(mem.page(i), i as u64 + 1);
     }
     // SAFETY: the mapping outlives the tracker (dropped first: declared later).
-    let tracked = unsafe { TrackedMemory::new("owned", mem.p, mem.len) }.unwrap();
+    let tracked = unsafe { TrackedMemory::new("owned", mem.map.as_ptr(), mem.map.len()) }.unwrap();
     let mut scanner = Scanner::new(ScannerConfig::default());
     scanner.add_source(Box::new(tracked));
 
@@ -84,7 +67,7 @@ fn the_first_pass_reads_everything_including_untouched_pages() {
     let mut mem = Anon::new(64);
     fill_seeded(mem.page(0), 1);
     // SAFETY: as above.
-    let tracked = unsafe { TrackedMemory::new("owned", mem.p, mem.len) }.unwrap();
+    let tracked = unsafe { TrackedMemory::new("owned", mem.map.as_ptr(), mem.map.len()) }.unwrap();
     let mut scanner = Scanner::new(ScannerConfig::default());
     scanner.add_source(Box::new(tracked));
     let first = scanner.pass();
@@ -102,6 +85,6 @@ fn the_first_pass_reads_everything_including_untouched_pages() {
 fn misaligned_ranges_are_refused() {
     let mem = Anon::new(2);
     // SAFETY: the range is inside the mapping (and refused before use).
-    let e = unsafe { TrackedMemory::new("bad", mem.p.add(1), PAGE_SIZE) }.unwrap_err();
+    let e = unsafe { TrackedMemory::new("bad", mem.map.as_ptr().add(1), PAGE_SIZE) }.unwrap_err();
     assert!(e.to_string().contains("not page-aligned"), "{e}");
 }
