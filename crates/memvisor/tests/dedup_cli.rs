@@ -1,38 +1,19 @@
 //! `memvisor dedup` end to end: the real binary on real processes (forked children holding
 //! known pages), including processes it may not read and processes that are gone.
 
-use std::os::unix::process::CommandExt;
+mod common;
+
 use std::process::{Command, Output};
 
-use memvisor_dedup::{fill_seeded, ChildBacking, PagesChild, PAGE_SIZE};
-
-const NOBODY: u32 = 65534;
+use common::{memvisor_as as memvisor, page, NOBODY};
+use memvisor_dedup::{ChildBacking, PagesChild};
 
 /// The tests that run `--ksm-tune` read the KSM settings before memvisor takes its lock: they
 /// run one at a time (other test binaries run after this one).
 static KSM_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// A page determined by `seed`; seed 0 is the zero page.
-fn page(seed: u64) -> Vec<u8> {
-    if seed == 0 {
-        return vec![0; PAGE_SIZE];
-    }
-    let mut p = vec![0; PAGE_SIZE];
-    fill_seeded(&mut p, seed);
-    p
-}
-
 fn pages(seeds: &[u64]) -> Vec<u8> {
     seeds.iter().flat_map(|&s| page(s)).collect()
-}
-
-fn memvisor(args: &[String], uid: Option<u32>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_memvisor"));
-    c.args(args);
-    if let Some(u) = uid {
-        c.uid(u).gid(u);
-    }
-    c.output().expect("run memvisor")
 }
 
 fn json(o: &Output) -> serde_json::Value {

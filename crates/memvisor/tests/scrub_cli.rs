@@ -1,22 +1,16 @@
 //! `memvisor scrub --once` end to end: the real binary, a real image file in the host page cache
 //! and a real process holding guest RAM in a `memory-backend-memfd` memfd, as QEMU does.
 
+mod common;
+
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use memvisor_dedup::{fill_seeded, ChildBacking, PagesChild, PAGE_SIZE};
+use common::{memvisor_as as memvisor, page, NOBODY};
+use memvisor_dedup::{ChildBacking, PagesChild};
 use memvisor_scrub::{cachestat, resident_pages};
-
-const NOBODY: u32 = 65534;
-
-fn page(seed: u64) -> Vec<u8> {
-    let mut p = vec![0; PAGE_SIZE];
-    fill_seeded(&mut p, seed);
-    p
-}
 
 fn image(seeds: std::ops::RangeInclusive<u64>, mode: u32) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
@@ -37,15 +31,6 @@ fn guest(seeds: &[u64], uid: Option<u32>) -> PagesChild {
         uid,
     )
     .unwrap()
-}
-
-fn memvisor(args: &[String], uid: Option<u32>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_memvisor"));
-    c.args(args);
-    if let Some(u) = uid {
-        c.uid(u).gid(u);
-    }
-    c.output().expect("run memvisor")
 }
 
 fn resident(f: &tempfile::NamedTempFile) -> Vec<bool> {

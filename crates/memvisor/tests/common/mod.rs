@@ -1,4 +1,5 @@
-//! Helpers for the tests that start real programs under `memvisor run`.
+//! Helpers for the tests that run the memvisor binary: real programs under `memvisor run`,
+//! and the `dedup` and `scrub` commands on forked children holding known pages.
 
 #![allow(dead_code)]
 
@@ -13,6 +14,29 @@ use memvisor_control::ProcessStatus;
 /// The memvisor binary under test.
 pub fn memvisor_bin() -> &'static str {
     env!("CARGO_BIN_EXE_memvisor")
+}
+
+/// The unprivileged user the permission tests run as.
+pub const NOBODY: u32 = 65534;
+
+/// Runs the memvisor binary with `args` to completion, as user and group `uid` if given.
+pub fn memvisor_as(args: &[String], uid: Option<u32>) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(memvisor_bin());
+    c.args(args);
+    if let Some(u) = uid {
+        c.uid(u).gid(u);
+    }
+    c.output().expect("run memvisor")
+}
+
+/// A page determined by `seed` (`memvisor_dedup::fill_seeded`); seed 0 is the zero page.
+pub fn page(seed: u64) -> Vec<u8> {
+    let mut p = vec![0; memvisor_dedup::PAGE_SIZE];
+    if seed != 0 {
+        memvisor_dedup::fill_seeded(&mut p, seed);
+    }
+    p
 }
 
 /// Builds `libmemvisor_preload.so` (same profile as the binary) next to the binary, once per
