@@ -19,12 +19,14 @@ pub const MANAGE_CHILDREN: &str = "MEMVISOR_MANAGE_CHILDREN";
 pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
 /// Busy-polling window of every region's fault handler, microseconds (absent or 0: off).
 pub const BUSY_POLL_US: &str = "MEMVISOR_BUSY_POLL_US";
+/// What a region does when its swap filesystem is full: `overrun` (default) or `fail`.
+pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -35,4 +37,5 @@ pub const ALL: [&str; 10] = [
     PRELOAD_LIBRARY,
     CHUNK_SIZE,
     BUSY_POLL_US,
+    ON_SWAP_FULL,
 ];

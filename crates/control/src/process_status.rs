@@ -81,6 +81,12 @@ pub struct RegionStatus {
     pub page_in_p99_nanos: u64,
     /// Ranges discarded on behalf of the program (munmap, MADV_DONTNEED, ...).
     pub discards: u64,
+    /// Episodes of a full swap filesystem (runs of page-outs failing for lack of space).
+    pub swap_full_episodes: u64,
+    /// Page-outs that failed for lack of space (included in `write_errors`).
+    pub swap_full_failures: u64,
+    /// Whether the swap filesystem is full now (an episode is going on).
+    pub swap_full: bool,
 }
 
 impl ProcessStatus {

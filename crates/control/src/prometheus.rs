@@ -110,6 +110,24 @@ const FAMILIES: &[Family] = &[
         value: |r| r.overrun_chunks,
     },
     Family {
+        name: "memvisor_swap_full",
+        kind: "gauge",
+        help: "1 while page-outs fail because the swap filesystem is full, else 0.",
+        value: |r| u64::from(r.swap_full),
+    },
+    Family {
+        name: "memvisor_swap_full_episodes_total",
+        kind: "counter",
+        help: "Episodes of a full swap filesystem.",
+        value: |r| r.swap_full_episodes,
+    },
+    Family {
+        name: "memvisor_swap_full_write_failures_total",
+        kind: "counter",
+        help: "Page-outs that failed for lack of space on the swap filesystem.",
+        value: |r| r.swap_full_failures,
+    },
+    Family {
         name: "memvisor_page_in_p99_seconds",
         kind: "gauge",
         help: "99th percentile page-in service time (log2 bucket upper bound).",

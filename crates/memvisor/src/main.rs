@@ -9,6 +9,7 @@ mod set_command;
 mod sim_command;
 mod source_args;
 mod stat_command;
+mod swap_dir_check;
 mod top_command;
 mod trace_command;
 

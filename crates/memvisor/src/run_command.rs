@@ -17,6 +17,7 @@ use memvisor_pager::Region;
 use memvisor_policy::PolicySpec;
 
 use crate::host_memory::mem_total_bytes;
+use crate::swap_dir_check::{check_swap_dir, SwapRoom};
 
 /// Largest chunk (the preload library's limit too).
 const MAX_CHUNK: u64 = 64 << 20;
@@ -43,9 +44,16 @@ pub struct RunArgs {
     /// Eviction policy (see `memvisor sim --help`); offline policies are refused.
     #[arg(long, value_name = "P", default_value = memvisor_pager::DEFAULT_POLICY)]
     policy: String,
-    /// Directory of the private swap files (must exist and be writable).
+    /// Directory of the private swap files (must exist and be writable). They are created
+    /// without a name (O_TMPFILE), so a world-writable directory is safe.
     #[arg(long, value_name = "D", default_value = "/var/tmp")]
     swap_dir: PathBuf,
+    /// When the swap directory's filesystem is full: `overrun` keeps the pages that could not
+    /// be written in memory, over the budget, and retries (reported once per episode, counted
+    /// in `stat`); `fail` stops the program (SIGSTOP) with a message until space is freed and
+    /// it is sent SIGCONT.
+    #[arg(long, value_name = "ACTION", default_value = "overrun", value_parser = ["overrun", "fail"])]
+    on_swap_full: String,
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
@@ -176,22 +184,6 @@ pub fn preload_library() -> Result<PathBuf, RunError> {
     Ok(path)
 }
 
-/// Checks that `dir` exists, is a directory, and a file can be created in it.
-fn check_swap_dir(dir: &Path) -> Result<(), RunError> {
-    let bad = |reason: String| RunError::SwapDir {
-        path: dir.to_path_buf(),
-        reason,
-    };
-    let meta = std::fs::metadata(dir).map_err(|e| bad(format!("does not exist ({e})")))?;
-    if !meta.is_dir() {
-        return Err(bad("not a directory".into()));
-    }
-    let probe = dir.join(format!(".memvisor-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|e| bad(format!("not writable ({e})")))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
-}
-
 fn parse_size(arg: &'static str, text: &str) -> Result<ByteSize, RunError> {
     ByteSize::parse(text).map_err(|source| RunError::Size { arg, source })
 }
@@ -304,7 +296,23 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             reason: format!("must be at least one chunk ({})", format_bytes(chunk)),
         });
     }
-    check_swap_dir(&args.swap_dir)?;
+    let room = check_swap_dir(&args.swap_dir, chunk, arena, budget, args.arena.is_some()).map_err(
+        |reason| RunError::SwapDir {
+            path: args.swap_dir.clone(),
+            reason,
+        },
+    )?;
+    if let SwapRoom::Sparse { free, need } = room {
+        eprintln!(
+            "memvisor: warning: --swap-dir {} has {} free; the arena can page out up to {} \
+             beyond the budget (it is sparse: only memory the program uses is stored). If the \
+             disk fills, --on-swap-full {} applies.",
+            args.swap_dir.display(),
+            format_bytes(free),
+            format_bytes(need),
+            args.on_swap_full
+        );
+    }
     Region::check_supported().map_err(|e| RunError::Userfaultfd(e.to_string()))?;
     let library = preload_library()?;
     let control_dir = socket_dir::default_control_dir();
@@ -378,12 +386,31 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::SWAP_DIR, &args.swap_dir)
         .env(launch_env::CHUNK_SIZE, plan.chunk_size.to_string())
         .env(launch_env::BUSY_POLL_US, plan.busy_poll_us.to_string())
+        .env(launch_env::ON_SWAP_FULL, &args.on_swap_full)
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())
         .env(launch_env::CONTROL_DIR, &plan.control_dir)
         .env(launch_env::PRELOAD_LIBRARY, &plan.library);
     if args.manage_children {
         cmd.env(launch_env::MANAGE_CHILDREN, "1");
+    }
+    let supervisor = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            // The program must not outlive `memvisor run` (killed, it could no longer forward
+            // signals or remove the program's control socket): the kernel sends SIGKILL when
+            // this thread's parent dies. Not kept across exec of a set-user-ID program.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl took effect.
+            if libc::getppid() != supervisor {
+                libc::_exit(128 + libc::SIGKILL);
+            }
+            Ok(())
+        });
     }
     install_forwarders();
     let mut child = cmd.spawn().map_err(|source| RunError::Spawn {

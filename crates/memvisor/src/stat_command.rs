@@ -94,6 +94,27 @@ pub fn render_table(s: &ProcessStatus) -> String {
         ]);
     }
     out.push_str(&align(&rows));
+    for r in &s.regions {
+        if r.swap_full_episodes > 0 {
+            let _ = writeln!(
+                out,
+                "{}: swap full {}: {} episode(s), {} page-outs failed for lack of space",
+                r.name,
+                if r.swap_full { "NOW" } else { "earlier" },
+                r.swap_full_episodes,
+                r.swap_full_failures,
+            );
+        }
+        if r.overrun_chunks > 0 {
+            let _ = writeln!(
+                out,
+                "{}: {} resident over the budget (overrun: page-outs failed, retried at the next \
+                 page-in)",
+                r.name,
+                format_bytes(r.overrun_chunks * s.chunk_size),
+            );
+        }
+    }
     out
 }
 

@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::memfd::Mapping;
+use crate::thread_start_hook::run_thread_start_hook;
 
 /// A read to do: `len` bytes at `offset` of `file` into the prefetcher's buffer.
 struct ReadJob {
@@ -72,6 +73,7 @@ impl ChunkPrefetcher {
         let thread = std::thread::Builder::new()
             .name(format!("pager-ra-{region}"))
             .spawn(move || {
+                run_thread_start_hook();
                 while let Ok(job) = rx.recv() {
                     // SAFETY: per `ReadJob`'s contract the buffer is ours alone until the
                     // completion below is taken.

@@ -35,6 +35,7 @@
 mod chunk_prefetcher;
 pub mod crc32c;
 mod demand_reader;
+mod error_log;
 mod event_fd;
 mod fault_handler;
 mod fault_injector;
@@ -49,7 +50,9 @@ mod region_command;
 mod region_config;
 mod region_stats;
 mod swap_file;
+mod swap_full;
 mod thread_pool_writer;
+mod thread_start_hook;
 mod uring_writer;
 pub mod userfaultfd;
 
@@ -64,4 +67,6 @@ pub use region_config::{
 };
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};
+pub use swap_full::OnSwapFull;
+pub use thread_start_hook::set_thread_start_hook;
 pub use userfaultfd::{FaultEvent, FaultKind, RegisterMode, Userfaultfd};

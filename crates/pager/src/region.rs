@@ -12,6 +12,7 @@ use memvisor_policy::PolicySpec;
 
 use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::demand_reader::DemandReader;
+use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared};
 use crate::memfd::{page_size, Mapping, Memfd};
@@ -22,7 +23,9 @@ use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
 use crate::swap_file::SwapFile;
+use crate::swap_full::SwapFullEpisodes;
 use crate::thread_pool_writer::ThreadPoolWriter;
+use crate::thread_start_hook::run_thread_start_hook;
 use crate::uring_writer::UringWriter;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
 
@@ -186,7 +189,7 @@ impl Region {
             name: name.clone(),
             stats: Default::default(),
             errors: Mutex::new(VecDeque::new()),
-            log_errors: config.log_errors,
+            log: config.log_errors.then(|| ErrorLog::new(&name)),
             stop,
             commands: CommandQueue::new(wake),
             budget_chunks: AtomicUsize::new(budget_chunks),
@@ -225,6 +228,7 @@ impl Region {
             ))),
         };
         handler.headroom = config.headroom;
+        handler.swap_full = SwapFullEpisodes::new(config.on_swap_full);
         handler.busy_poll = config.busy_poll;
         handler.async_page_in = async_page_in;
         if handler.engine.is_some() && config.overlapped_page_in {
@@ -242,7 +246,10 @@ impl Region {
         handler.pagemap = pagemap;
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))
-            .spawn(move || handler.run())
+            .spawn(move || {
+                run_thread_start_hook();
+                handler.run()
+            })
             .map_err(|source| PagerError::Thread {
                 region: name.clone(),
                 source,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use memvisor_policy::PolicySpec;
 
 use crate::fault_injector::FaultInjector;
+use crate::swap_full::OnSwapFull;
 
 /// Default chunk size: 256 pages of 4 KiB.
 pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
@@ -184,8 +185,11 @@ pub struct RegionConfig {
     pub busy_poll: Option<Duration>,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
-    /// Print each recorded error to stderr as it happens.
+    /// Print recorded errors to stderr as they happen (at most a few per 10 s; the rest are
+    /// counted).
     pub log_errors: bool,
+    /// What to do while the swap filesystem is full (default: overrun the budget).
+    pub on_swap_full: OnSwapFull,
     /// Fault injection for the swap file (tests).
     pub fault_injector: Option<Arc<FaultInjector>>,
     /// Where the memory goes: `None` lets the kernel choose; `Some(addr)` maps it at `addr`
@@ -219,6 +223,7 @@ impl RegionConfig {
             busy_poll: None,
             name: "region".into(),
             log_errors: true,
+            on_swap_full: OnSwapFull::Overrun,
             fault_injector: None,
             address: None,
             memfd: None,
@@ -320,6 +325,12 @@ impl RegionConfig {
     /// [`memfd`](Self::memfd)).
     pub fn memfd(mut self, memfd: OwnedFd) -> Self {
         self.memfd = Some(Arc::new(memfd));
+        self
+    }
+
+    /// Sets what to do while the swap filesystem is full.
+    pub fn on_swap_full(mut self, action: OnSwapFull) -> Self {
+        self.on_swap_full = action;
         self
     }
 

@@ -69,6 +69,13 @@ pub struct RegionStats {
     pub write_errors: u64,
     /// Failed swap reads and checksum mismatches.
     pub read_errors: u64,
+    /// Episodes of a full swap filesystem: runs of page-outs failing for lack of space (see
+    /// [`OnSwapFull`](crate::OnSwapFull)), each ended by a successful write.
+    pub swap_full_episodes: u64,
+    /// Page-outs that failed for lack of space (also counted in `write_errors`).
+    pub swap_full_failures: u64,
+    /// Whether an episode is going on now: the swap filesystem was full at the last write.
+    pub swap_full: bool,
     /// Nanoseconds the handler spent serving faults that needed a page-in (eviction included).
     pub page_in_nanos: u64,
     /// Of which: making room (page-outs, including their swap writes).
@@ -129,6 +136,10 @@ pub(crate) struct StatsCounters {
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
     pub read_errors: AtomicU64,
+    pub swap_full_episodes: AtomicU64,
+    pub swap_full_failures: AtomicU64,
+    /// 1 during a swap-full episode, else 0.
+    pub swap_full: AtomicU64,
     pub page_in_nanos: AtomicU64,
     pub evict_nanos: AtomicU64,
     pub swap_write_nanos: AtomicU64,
@@ -232,6 +243,9 @@ impl StatsCounters {
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),
             read_errors: g(&self.read_errors),
+            swap_full_episodes: g(&self.swap_full_episodes),
+            swap_full_failures: g(&self.swap_full_failures),
+            swap_full: g(&self.swap_full) != 0,
             page_in_nanos: g(&self.page_in_nanos),
             evict_nanos: g(&self.evict_nanos),
             swap_write_nanos: g(&self.swap_write_nanos),

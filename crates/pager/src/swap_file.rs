@@ -41,8 +41,10 @@ pub enum WriteOutcome {
 
 /// A sparse file whose slot `i` (at offset `i * chunk_size`) holds chunk `i` of a region.
 ///
-/// Created `0600` in the swap directory and unlinked at once, so it vanishes when the file is
-/// closed or the process dies. Reads and writes are whole chunks with `O_DIRECT` when the
+/// Created `0600` in the swap directory without a name (`O_TMPFILE`; where the filesystem
+/// lacks it, created exclusively without following links and unlinked at once), so it vanishes
+/// when the file is closed or the process dies, and no other user can open it or plant a link
+/// where it is created. Reads and writes are whole chunks with `O_DIRECT` when the
 /// filesystem allows it (buffered otherwise; see [`is_direct`](Self::is_direct)); buffers must be
 /// [`DIRECT_ALIGN`]-aligned. Each stored chunk's CRC32C is kept in memory and verified on read;
 /// all-zero chunks are never written.
@@ -90,6 +92,51 @@ impl ChunkWrite {
 
 static SWAP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Opens a new, nameless swap file in `dir`: `O_TMPFILE` where the filesystem has it, so no
+/// name ever exists that another user could plant a link at or open; elsewhere a new file at
+/// `path` (`O_CREAT|O_EXCL|O_NOFOLLOW`, so a planted name or symlink is refused, never
+/// followed) unlinked at once. `O_DIRECT` where the filesystem allows it; returns whether it is.
+fn create_unnamed(dir: &Path, path: &Path) -> Result<(File, bool), PagerError> {
+    let failed = |op: &'static str, source: io::Error| PagerError::SwapFile {
+        path: path.to_path_buf(),
+        op,
+        source,
+    };
+    match open_swap(dir, true) {
+        Ok(opened) => Ok(opened),
+        // EOPNOTSUPP: the filesystem has no O_TMPFILE; EISDIR: the kernel predates it.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            let opened = open_swap(path, false).map_err(|e| failed("create", e))?;
+            std::fs::remove_file(path).map_err(|e| failed("unlink", e))?;
+            Ok(opened)
+        }
+        Err(e) => Err(failed("create", e)),
+    }
+}
+
+/// Opens a new file read-write, `0600`: nameless in directory `at` (`tmpfile`), else at path
+/// `at`, exclusively and without following a final symlink. With `O_DIRECT` unless the
+/// filesystem refuses it (`EINVAL`); returns whether it is direct.
+fn open_swap(at: &Path, tmpfile: bool) -> io::Result<(File, bool)> {
+    let open = |direct: bool| {
+        let direct = if direct { libc::O_DIRECT } else { 0 };
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).mode(0o600);
+        if tmpfile {
+            o.custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC | direct);
+        } else {
+            o.create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | direct);
+        }
+        o.open(at)
+    };
+    match open(true) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false).map(|f| (f, false)),
+        Err(e) => Err(e),
+    }
+}
+
 impl SwapFile {
     /// Creates the swap file for `chunks` chunks of `chunk_size` bytes in `dir`; `tag` goes into
     /// the (short-lived) file name.
@@ -112,40 +159,7 @@ impl SwapFile {
             SWAP_SEQ.fetch_add(1, Ordering::Relaxed)
         );
         let path = dir.join(name);
-        let open = |direct: bool| {
-            let mut o = OpenOptions::new();
-            o.read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 });
-            o.open(&path)
-        };
-        let (file, direct) = match open(true) {
-            Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let f = open(false).map_err(|source| PagerError::SwapFile {
-                    path: path.clone(),
-                    op: "create",
-                    source,
-                })?;
-                (f, false)
-            }
-            Err(source) => {
-                return Err(PagerError::SwapFile {
-                    path,
-                    op: "create",
-                    source,
-                })
-            }
-        };
-        if let Err(source) = std::fs::remove_file(&path) {
-            return Err(PagerError::SwapFile {
-                path,
-                op: "unlink",
-                source,
-            });
-        }
+        let (file, direct) = create_unnamed(dir, &path)?;
         let len = (chunk_size as u64).saturating_mul(chunks as u64);
         if let Err(source) = file.set_len(len) {
             return Err(PagerError::SwapFile {
@@ -222,9 +236,14 @@ impl SwapFile {
         Ok(true)
     }
 
-    /// The path the file had (it is unlinked).
+    /// The name the file is known by in messages (it has none in the directory).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open file (for its filesystem's free space).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// Whether I/O bypasses the page cache (`O_DIRECT`).
@@ -422,6 +441,33 @@ mod tests {
         assert!(len <= m.len());
         // SAFETY: test-only; the mapping is at least `len` bytes, exclusively borrowed.
         unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), len) }
+    }
+
+    /// A symlink planted at the name a swap file would have is neither followed nor a reason
+    /// to fail, on a filesystem with `O_TMPFILE` and on the fallback path alike.
+    #[test]
+    fn planted_symlinks_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"DATA").unwrap();
+        let swaps = dir.path().join("swaps");
+        std::fs::create_dir(&swaps).unwrap();
+        for seq in 0..64 {
+            let name = format!("memvisor-swap-{}-planted-{seq}", std::process::id());
+            std::os::unix::fs::symlink(&victim, swaps.join(name)).unwrap();
+        }
+        let mut s = SwapFile::create(&swaps, "planted", CS, 4, None).unwrap();
+        let mut w = buf(CS);
+        let w = slice(&mut w, CS);
+        w.fill(7);
+        assert_eq!(s.write_chunk(1, w).unwrap(), WriteOutcome::Written);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"DATA");
+        // The fallback (named, exclusive, no-follow) refuses a planted name rather than
+        // following it.
+        let planted = swaps.join(format!("memvisor-swap-{}-planted-0", std::process::id()));
+        let err = open_swap(&planted, false).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EEXIST), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"DATA");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use crate::event_fd::EventFd;
 use crate::page_out_engine::{WriteDone, WriteJob};
+use crate::thread_start_hook::run_thread_start_hook;
 
 /// Finished writes, and the eventfd that announces them.
 #[derive(Debug)]
@@ -39,7 +40,10 @@ impl ThreadPoolWriter {
             let finished = finished.clone();
             let h = std::thread::Builder::new()
                 .name(format!("pager-out-{region}-{i}"))
-                .spawn(move || writer_loop(&rx, &finished))?;
+                .spawn(move || {
+                    run_thread_start_hook();
+                    writer_loop(&rx, &finished)
+                })?;
             handles.push(h);
         }
         Ok(Self {

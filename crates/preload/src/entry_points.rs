@@ -1,5 +1,8 @@
-//! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mremap`.
-//! Each forwards to [`interposer`](crate::interposer).
+//! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mremap`,
+//! each forwarded to [`interposer`](crate::interposer); and the credential changes (`setuid`,
+//! `setresgid`, `setgroups` and the rest), which first let the library's threads take the
+//! caller's capabilities ([`credential_mirror`](crate::credential_mirror)) and then call
+//! glibc's.
 //!
 //! `mremap` is variadic in C (`new_address` only with `MREMAP_FIXED`). It is declared here
 //! with five fixed arguments: on x86-64 (System V) and AArch64 (Linux, AAPCS64) variadic
@@ -88,3 +91,89 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: forwarded with the caller's contract.
     unsafe { interposer::mremap(old, old_len, new_len, flags, new_addr) }
 }
+
+/// Looks up the next definition of the symbol `name` (glibc's) once, as a function of type
+/// `ty`; `None` if there is none.
+macro_rules! next_symbol {
+    ($name:ident, $ty:ty) => {{
+        static NEXT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let addr = *NEXT.get_or_init(|| {
+            // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name; a null result is kept
+            // as 0 and checked below.
+            unsafe {
+                libc::dlsym(
+                    libc::RTLD_NEXT,
+                    concat!(stringify!($name), "\0").as_ptr().cast(),
+                ) as usize
+            }
+        });
+        if addr == 0 {
+            None
+        } else {
+            // SAFETY: the symbol is glibc's function of this name, whose C type is `$ty`.
+            Some(unsafe { std::mem::transmute::<usize, $ty>(addr) })
+        }
+    }};
+}
+
+/// Defines a credential-changing entry point: the library's threads first take the caller's
+/// capability state ([`credential_mirror`]), then glibc's function changes the ids of every
+/// thread.
+macro_rules! credential_change {
+    ($(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* )) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// As the libc function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            crate::credential_mirror::mirror_to_library_threads();
+            match next_symbol!($name, unsafe extern "C" fn($($ty),*) -> c_int) {
+                // SAFETY: glibc's function, called with the caller's arguments and contract.
+                Some(real) => unsafe { real($($arg),*) },
+                None => {
+                    crate::raw_calls::set_errno(libc::ENOSYS);
+                    -1
+                }
+            }
+        }
+    };
+}
+
+credential_change!(
+    /// `setuid(2)`, after the library's threads take the caller's capabilities.
+    setuid(uid: libc::uid_t)
+);
+credential_change!(
+    /// `setgid(2)`, likewise.
+    setgid(gid: libc::gid_t)
+);
+credential_change!(
+    /// `seteuid(2)`, likewise.
+    seteuid(uid: libc::uid_t)
+);
+credential_change!(
+    /// `setegid(2)`, likewise.
+    setegid(gid: libc::gid_t)
+);
+credential_change!(
+    /// `setreuid(2)`, likewise.
+    setreuid(ruid: libc::uid_t, euid: libc::uid_t)
+);
+credential_change!(
+    /// `setregid(2)`, likewise.
+    setregid(rgid: libc::gid_t, egid: libc::gid_t)
+);
+credential_change!(
+    /// `setresuid(2)`, likewise.
+    setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t)
+);
+credential_change!(
+    /// `setresgid(2)`, likewise.
+    setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t)
+);
+credential_change!(
+    /// `setgroups(2)`, likewise.
+    setgroups(size: size_t, list: *const libc::gid_t)
+);

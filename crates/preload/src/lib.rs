@@ -33,6 +33,7 @@
 //! calls the interposed functions while holding its locks.
 
 pub mod arena_allocator;
+mod credential_mirror;
 pub mod entry_points;
 mod interposer;
 mod library_init;

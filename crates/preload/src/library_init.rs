@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use memvisor_control::{launch_env, ControlHandler, ControlServer, ProcessStatus};
 
+use crate::credential_mirror;
 use crate::managed_process;
 use crate::preload_config::PreloadConfig;
 use crate::shim_guard::ShimGuard;
@@ -147,14 +148,11 @@ extern "C" fn library_start() {
         clean_environment();
     }
     let control_dir = config.control_dir.clone();
+    memvisor_pager::set_thread_start_hook(credential_mirror::prepare_library_thread);
     if let Err(e) = managed_process::start(config, program_name()) {
         fail(&e.to_string());
     }
-    match ControlServer::start(
-        &control_dir,
-        Arc::new(ProcessControl),
-        ShimGuard::enter_forever,
-    ) {
+    match ControlServer::start(&control_dir, Arc::new(ProcessControl), control_thread_start) {
         Ok(s) => {
             OWNER_PID.store(std::process::id(), Ordering::Release);
             let _ = SERVER.set(s);
@@ -163,6 +161,13 @@ extern "C" fn library_start() {
     }
     // SAFETY: registers a plain function without arguments as the child-side fork handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+}
+
+/// Run first by each control-server thread: inside the library for good, and following the
+/// program's credential changes.
+fn control_thread_start() {
+    ShimGuard::enter_forever();
+    credential_mirror::prepare_library_thread();
 }
 
 extern "C" fn library_exit() {

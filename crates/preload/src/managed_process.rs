@@ -207,6 +207,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
         .policy(config.policy.clone())
         .chunk_size(config.chunk_size)
         .busy_poll(config.busy_poll)
+        .on_swap_full(config.on_swap_full)
         .name("arena");
     // SAFETY: [start, start + size) lies inside the reservation made above, which nothing
     // else uses.
@@ -348,6 +349,9 @@ impl ManagedProcess {
                 page_in_p50_nanos: s.page_in_p50_nanos,
                 page_in_p99_nanos: s.page_in_p99_nanos,
                 discards,
+                swap_full_episodes: s.swap_full_episodes,
+                swap_full_failures: s.swap_full_failures,
+                swap_full: s.swap_full,
             }
         };
         let mut regions = Vec::new();
@@ -586,6 +590,7 @@ pub fn fixed_map(
         .policy(p.policy.clone())
         .chunk_size(p.config.chunk_size)
         .busy_poll(p.config.busy_poll)
+        .on_swap_full(p.config.on_swap_full)
         .name(kind.name());
     if let Some(a) = addr {
         // SAFETY: the program asked for MAP_FIXED at `a`: it gives up whatever is there.

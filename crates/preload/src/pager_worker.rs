@@ -33,6 +33,7 @@ pub fn start() -> std::io::Result<()> {
         .name("memvisor-worker".into())
         .spawn(|| {
             crate::shim_guard::ShimGuard::enter_forever();
+            crate::credential_mirror::prepare_library_thread();
             let mut slot = SLOT.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 if let Slot::Pending(_) = &*slot {

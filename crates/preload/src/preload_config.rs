@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use memvisor_control::launch_env;
-use memvisor_pager::DEFAULT_CHUNK_SIZE;
+use memvisor_pager::{OnSwapFull, DEFAULT_CHUNK_SIZE};
 use memvisor_policy::PolicySpec;
 
 use crate::preload_error::PreloadError;
@@ -38,6 +38,8 @@ pub struct PreloadConfig {
     pub chunk_size: usize,
     /// Busy-polling window of the fault handlers; `None`: off.
     pub busy_poll: Option<std::time::Duration>,
+    /// What every region does while its swap filesystem is full.
+    pub on_swap_full: OnSwapFull,
 }
 
 impl PreloadConfig {
@@ -130,6 +132,14 @@ impl PreloadConfig {
                 }
             },
         };
+        let on_swap_full = match get(launch_env::ON_SWAP_FULL) {
+            None => OnSwapFull::default(),
+            Some(v) => v.parse().map_err(|reason| PreloadError::Env {
+                name: launch_env::ON_SWAP_FULL,
+                value: v,
+                reason,
+            })?,
+        };
         Ok(Some(Self {
             budget,
             policy,
@@ -144,6 +154,7 @@ impl PreloadConfig {
             manage_children: get(launch_env::MANAGE_CHILDREN).is_some_and(|v| v == "1"),
             chunk_size,
             busy_poll,
+            on_swap_full,
         }))
     }
 }
@@ -178,6 +189,7 @@ mod tests {
             (launch_env::MANAGE_CHILDREN, "1"),
             (launch_env::CHUNK_SIZE, "65536"),
             (launch_env::BUSY_POLL_US, "100"),
+            (launch_env::ON_SWAP_FULL, "fail"),
         ])
         .unwrap()
         .unwrap();
@@ -188,6 +200,7 @@ mod tests {
         assert_eq!(c.swap_dir, PathBuf::from("/tmp/s"));
         assert_eq!((c.min_region, c.arena_size), (1 << 20, 1 << 30));
         assert!(c.manage_children);
+        assert_eq!(c.on_swap_full, OnSwapFull::Stop);
     }
 
     #[test]
@@ -195,6 +208,7 @@ mod tests {
         let c = read(&[(launch_env::BUDGET, "67108864")]).unwrap().unwrap();
         assert_eq!(c.chunk_size, DEFAULT_CHUNK_SIZE);
         assert_eq!(c.busy_poll, None);
+        assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[
             (launch_env::BUDGET, "65536"),
@@ -217,6 +231,7 @@ mod tests {
             (launch_env::CHUNK_SIZE, "0"),
             (launch_env::CHUNK_SIZE, "5000"),
             (launch_env::BUSY_POLL_US, "fast"),
+            (launch_env::ON_SWAP_FULL, "ignore"),
             (launch_env::BUSY_POLL_US, "2000000"),
             (launch_env::CHUNK_SIZE, "134217728"),
         ] {

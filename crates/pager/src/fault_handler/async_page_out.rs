@@ -4,6 +4,7 @@
 //! chunk being written is served at completion by keeping the chunk (no read needed). A
 //! headroom of free chunks is kept ahead of demand, so a page-in seldom waits for a write.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{ChunkState, FaultHandler, Fill};
@@ -11,6 +12,7 @@ use crate::page_out_engine::{WriteDone, WriteJob};
 use crate::pager_error::PagerError;
 use crate::region_stats::add;
 use crate::swap_file::is_zero;
+use crate::swap_full::{is_out_of_space, SwapFigures};
 
 impl FaultHandler {
     /// Starts writing dirty chunk `v` (entries already dropped, written state harvested).
@@ -51,15 +53,36 @@ impl FaultHandler {
         Ok(())
     }
 
-    fn write_failed(&mut self, v: usize, start: usize, source: std::io::Error) {
+    /// Counts and records a failed page-out of chunk `v` (at region offset `start`); a failure
+    /// for lack of space goes to the current swap-full episode instead of the log.
+    pub(super) fn write_failed(&mut self, v: usize, start: usize, source: std::io::Error) {
         add(&self.stats().write_errors, 1);
-        self.shared.record(PagerError::SwapWrite {
+        let out_of_space = is_out_of_space(&source);
+        if out_of_space {
+            let cs = self.chunk_size as u64;
+            let figures = SwapFigures {
+                region: &self.shared.name,
+                swap_path: self.swap.path(),
+                swap_file: self.swap.file(),
+                resident: self.stats().resident_chunks.load(Ordering::Relaxed) * cs,
+                budget: self.shared.budget_chunks.load(Ordering::Relaxed) as u64 * cs,
+                chunk: cs,
+            };
+            self.swap_full
+                .write_failed(&self.shared.stats, &figures, &source);
+        }
+        let e = PagerError::SwapWrite {
             region: self.shared.name.clone(),
             chunk: v as u64,
             offset: start as u64,
             path: self.swap.path().to_path_buf(),
             source,
-        });
+        };
+        if out_of_space {
+            self.shared.record_quietly(e);
+        } else {
+            self.shared.record(e);
+        }
     }
 
     /// Takes the finished writes and completes each; with `block`, waits until at least one has
@@ -96,6 +119,8 @@ impl FaultHandler {
         match d.result {
             Ok(crc) => {
                 self.swap.record_written(v, crc);
+                self.swap_full
+                    .write_succeeded(&self.shared.stats, &self.shared.name);
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
                 // Swap now holds exactly the memory's content.

@@ -25,6 +25,7 @@ use memvisor_policy::{EvictionPolicy, PolicySpec};
 use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::crc32c::crc32c;
 use crate::demand_reader::DemandReader;
+use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::page_out_engine::{PageOutEngine, WriteDone};
@@ -35,6 +36,7 @@ use crate::region_command::CommandQueue;
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub, StatsCounters};
 use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
+use crate::swap_full::SwapFullEpisodes;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
 mod async_page_out;
@@ -49,7 +51,8 @@ pub(crate) struct HandlerShared {
     pub name: String,
     pub stats: StatsCounters,
     pub errors: Mutex<VecDeque<PagerError>>,
-    pub log_errors: bool,
+    /// Where recorded errors are printed (rate-limited); `None`: not printed.
+    pub log: Option<ErrorLog>,
     /// Signalling it stops the handler.
     pub stop: EventFd,
     /// Run-time changes for the handler to make.
@@ -65,9 +68,15 @@ pub(crate) struct HandlerShared {
 
 impl HandlerShared {
     pub(crate) fn record(&self, e: PagerError) {
-        if self.log_errors {
-            eprintln!("memvisor-pager: {e}");
+        if let Some(log) = &self.log {
+            log.print(&e);
         }
+        self.record_quietly(e);
+    }
+
+    /// Records `e` without printing it (its episode is reported instead, see
+    /// [`SwapFullEpisodes`]).
+    pub(crate) fn record_quietly(&self, e: PagerError) {
         if let Ok(mut q) = self.errors.lock() {
             if q.len() == MAX_ERRORS {
                 q.pop_front();
@@ -145,6 +154,8 @@ pub(crate) struct FaultHandler {
     pub demand: Option<DemandReader>,
     page: usize,
     uffd_error_logged: bool,
+    /// Swap writes failing for lack of space: reported per episode, and what to do meanwhile.
+    pub swap_full: SwapFullEpisodes,
 }
 
 impl FaultHandler {
@@ -195,6 +206,7 @@ impl FaultHandler {
             demand: None,
             page: page_size(),
             uffd_error_logged: false,
+            swap_full: SwapFullEpisodes::default(),
         }
     }
 
@@ -550,17 +562,12 @@ impl FaultHandler {
             Ok(WriteOutcome::Written) => {
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
+                self.swap_full
+                    .write_succeeded(&self.shared.stats, &self.shared.name);
             }
             Ok(WriteOutcome::Zero) => add(&self.stats().zero_page_outs, 1),
             Err(source) => {
-                add(&self.stats().write_errors, 1);
-                self.shared.record(PagerError::SwapWrite {
-                    region: self.shared.name.clone(),
-                    chunk: v as u64,
-                    offset: start as u64,
-                    path: self.swap.path().to_path_buf(),
-                    source,
-                });
+                self.write_failed(v, start, source);
                 return Err(());
             }
         }
