@@ -39,6 +39,7 @@ fn start(dir: &std::path::Path) -> ControlServer {
         program: "test".into(),
         budget_bytes: 1 << 20,
         policy: "clock".into(),
+        chunk_size: 64 << 10,
         regions: vec![RegionStatus {
             name: "arena".into(),
             resident_bytes: 4096,
