@@ -51,6 +51,10 @@ impl ControlClient {
             }
             Err(e) => return Err(io("look up", &path)(e)),
         }
+        // A stopped process does not accept: connecting could wait on its full backlog.
+        if ProcessState::of(pid) == ProcessState::Stopped {
+            return Err(ControlError::Stopped { pid, action: "" });
+        }
         let stream = match UnixStream::connect(&path) {
             Ok(s) => s,
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
@@ -78,12 +82,13 @@ impl ControlClient {
     /// carried out).
     pub fn request(&mut self, request: &Request) -> Result<ProcessStatus, ControlError> {
         let pid = self.pid;
-        let (timeout, action, note) = match request {
-            Request::Status => (STATUS_TIMEOUT, "", ""),
+        let (timeout, action, note, stopped_late) = match request {
+            Request::Status => (STATUS_TIMEOUT, "", "", ""),
             Request::Set { .. } => (
                 SET_TIMEOUT,
                 "; not changed",
                 " (the change may still be applied)",
+                " while the request was pending (the change may still be applied)",
             ),
         };
         if ProcessState::of(pid) == ProcessState::Stopped {
@@ -93,7 +98,10 @@ impl ControlClient {
         let late = |e: &std::io::Error| {
             matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock).then(|| {
                 if ProcessState::of(pid) == ProcessState::Stopped {
-                    ControlError::Stopped { pid, action: "" }
+                    ControlError::Stopped {
+                        pid,
+                        action: stopped_late,
+                    }
                 } else {
                     ControlError::TimedOut {
                         pid,

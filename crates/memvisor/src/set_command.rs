@@ -28,9 +28,12 @@ pub fn run(args: SetArgs) -> Result<(), ControlError> {
         None => None,
     };
     let dir = socket_dir::find_socket_dir(args.pid);
-    let mut client = ControlClient::connect(&dir, args.pid)?;
-    let chunk_bytes = match client.status() {
-        Ok(s) => s.chunk_size,
+    let connected = ControlClient::connect(&dir, args.pid).and_then(|mut client| {
+        let status = client.status()?;
+        Ok((client, status))
+    });
+    let (mut client, chunk_bytes) = match connected {
+        Ok((client, status)) => (client, status.chunk_size),
         // Say what the stop means for this command: nothing was changed.
         Err(ControlError::Stopped { pid, .. }) => {
             return Err(ControlError::Stopped {
