@@ -1,66 +1,144 @@
-//! [`ControlClient`]: talks to one managed process's control socket.
+//! [`ControlClient`]: talks to one managed process's control socket, and says in one line why
+//! it cannot: no such process, permission denied, stale socket, stopped, busy, timed out.
 
-use std::io::{BufReader, Write};
+use std::fs;
+use std::io::{BufReader, ErrorKind, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::control_error::ControlError;
+use crate::deadline_stream::DeadlineStream;
+use crate::process_state::ProcessState;
 use crate::process_status::ProcessStatus;
 use crate::protocol::{
     decode_response, encode_request, read_line_limited, Request, Response, MAX_RESPONSE_BYTES,
 };
 use crate::socket_dir::socket_path;
 
-/// How long to wait for a managed process to answer.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for the answer to a `status` request.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long to wait for the answer to a `set` request (it may page out memory first).
+pub const SET_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to a managed process.
 #[derive(Debug)]
 pub struct ControlClient {
     pid: u32,
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    stream: BufReader<DeadlineStream<UnixStream>>,
 }
 
 impl ControlClient {
-    /// Connects to process `pid`'s socket in `dir`.
+    /// Connects to process `pid`'s socket in `dir`. A socket whose process is gone is removed
+    /// when this user owns it (or is root).
     pub fn connect(dir: &Path, pid: u32) -> Result<Self, ControlError> {
         let path = socket_path(dir, pid);
-        if !path.exists() {
-            return Err(ControlError::NoSuchProcess { pid, path });
-        }
-        let io = |op: &'static str| {
-            let path = path.clone();
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
             move |source| ControlError::Io { op, path, source }
         };
-        let stream = UnixStream::connect(&path).map_err(io("connect to"))?;
-        stream
-            .set_read_timeout(Some(TIMEOUT))
-            .map_err(io("set timeout on"))?;
-        stream
-            .set_write_timeout(Some(TIMEOUT))
-            .map_err(io("set timeout on"))?;
-        let writer = stream.try_clone().map_err(io("clone"))?;
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(ControlError::NoSuchProcess { pid, path })
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                return Err(ControlError::PermissionDenied {
+                    pid,
+                    path: dir.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io("look up", &path)(e)),
+        }
+        // A stopped process does not accept: connecting could wait on its full backlog.
+        if ProcessState::of(pid) == ProcessState::Stopped {
+            return Err(ControlError::Stopped { pid, action: "" });
+        }
+        let stream = match UnixStream::connect(&path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                return Err(ControlError::PermissionDenied { pid, path })
+            }
+            Err(e)
+                if e.kind() == ErrorKind::ConnectionRefused
+                    && matches!(
+                        ProcessState::of(pid),
+                        ProcessState::Gone | ProcessState::Zombie
+                    ) =>
+            {
+                return Err(remove_stale_socket(pid, path))
+            }
+            Err(e) => return Err(io("connect to", &path)(e)),
+        };
         Ok(Self {
             pid,
-            reader: BufReader::new(stream),
-            writer,
+            stream: BufReader::new(DeadlineStream::new(stream, STATUS_TIMEOUT)),
         })
     }
 
-    /// Sends `request` and returns the status the process answers with.
+    /// Sends `request` and returns the status the process answers with. A stopped process is
+    /// reported at once, and nothing is sent to it (a request it read later would still be
+    /// carried out).
     pub fn request(&mut self, request: &Request) -> Result<ProcessStatus, ControlError> {
         let pid = self.pid;
+        let (timeout, action, note, stopped_late) = match request {
+            Request::Status => (STATUS_TIMEOUT, "", "", ""),
+            Request::Set { .. } => (
+                SET_TIMEOUT,
+                "; not changed",
+                " (the change may still be applied)",
+                " while the request was pending (the change may still be applied)",
+            ),
+        };
+        if ProcessState::of(pid) == ProcessState::Stopped {
+            return Err(ControlError::Stopped { pid, action });
+        }
         let remote = |message: String| ControlError::Remote { pid, message };
-        self.writer
-            .write_all(&encode_request(request))
-            .map_err(|e| remote(format!("sending request: {e}")))?;
-        let line = read_line_limited(&mut self.reader, MAX_RESPONSE_BYTES)
-            .map_err(|e| remote(format!("reading answer: {e}")))?
-            .ok_or_else(|| remote("closed the connection without answering".into()))?;
+        let late = |e: &std::io::Error| {
+            matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock).then(|| {
+                if ProcessState::of(pid) == ProcessState::Stopped {
+                    ControlError::Stopped {
+                        pid,
+                        action: stopped_late,
+                    }
+                } else {
+                    ControlError::TimedOut {
+                        pid,
+                        secs: timeout.as_secs(),
+                        note,
+                    }
+                }
+            })
+        };
+        self.stream.get_mut().restart(timeout);
+        // A server that is full answers "busy" and closes without reading: the write then
+        // fails, but the answer is there to be read.
+        let sent = self.stream.get_mut().write_all(&encode_request(request));
+        if let Err(e) = &sent {
+            if let Some(err) = late(e) {
+                return Err(err);
+            }
+        }
+        let line = match read_line_limited(&mut self.stream, MAX_RESPONSE_BYTES) {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                return Err(remote(match sent {
+                    Err(e) => format!("sending request: {e}"),
+                    Ok(()) => "closed the connection without answering".into(),
+                }))
+            }
+            Err(ControlError::Read(e)) => {
+                return Err(late(&e).unwrap_or_else(|| remote(format!("reading answer: {e}"))))
+            }
+            Err(e) => return Err(remote(e.to_string())),
+        };
         match decode_response(&line).map_err(|e| remote(e.to_string()))? {
             Response::Status { status, .. } => Ok(*status),
+            Response::Busy { error, .. } => Err(ControlError::Busy {
+                pid,
+                message: error,
+            }),
             Response::Error { error, .. } => Err(remote(error)),
         }
     }
@@ -81,4 +159,20 @@ impl ControlClient {
             policy,
         })
     }
+}
+
+/// The error for the socket `path` of `pid`, which is gone; removes the socket when this user
+/// owns it or is root.
+fn remove_stale_socket(pid: u32, path: PathBuf) -> ControlError {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let owner = fs::symlink_metadata(&path).map(|m| m.uid()).ok();
+    let outcome = if me != 0 && owner != Some(me) {
+        "left in place: owned by another user"
+    } else if fs::remove_file(&path).is_ok() {
+        "removed"
+    } else {
+        "left in place: could not remove it"
+    };
+    ControlError::StaleSocket { pid, path, outcome }
 }

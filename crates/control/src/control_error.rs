@@ -6,6 +6,10 @@ use std::path::PathBuf;
 /// A control-plane failure.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
+    /// Reading a message failed (a timeout shows as `WouldBlock` or `TimedOut`).
+    #[error("reading a control message: {0}")]
+    Read(#[source] io::Error),
+
     /// A message could not be decoded.
     #[error("bad control message: {0}")]
     Decode(String),
@@ -64,6 +68,77 @@ pub enum ControlError {
         /// What is wrong with it.
         reason: String,
     },
+
+    /// The caller may not reach the control directory or socket.
+    #[error("permission denied on {path} (process {pid}): run as root or as the process's user")]
+    PermissionDenied {
+        /// Process id asked for.
+        pid: u32,
+        /// Directory or socket refused.
+        path: PathBuf,
+    },
+
+    /// A socket is left by a process that is gone.
+    #[error("process {pid} is not running (stale socket {path} {outcome})")]
+    StaleSocket {
+        /// Process id of the socket.
+        pid: u32,
+        /// The socket.
+        path: PathBuf,
+        /// `removed`, or why it was left.
+        outcome: &'static str,
+    },
+
+    /// The process is stopped (SIGSTOP, or traced) and cannot answer.
+    #[error("process {pid} is stopped (SIGSTOP){action}")]
+    Stopped {
+        /// Process id.
+        pid: u32,
+        /// What that means for the request (`"; not changed"`), or empty.
+        action: &'static str,
+    },
+
+    /// The process did not answer in time.
+    #[error("timed out after {secs} s waiting for process {pid}{note}")]
+    TimedOut {
+        /// Process id.
+        pid: u32,
+        /// Seconds waited.
+        secs: u64,
+        /// What may still happen (a `set` may still be applied), or empty.
+        note: &'static str,
+    },
+
+    /// The process serves as many control connections as it allows.
+    #[error("process {pid} is busy: {message}")]
+    Busy {
+        /// Process id.
+        pid: u32,
+        /// Its explanation.
+        message: String,
+    },
+
+    /// A budget is out of range.
+    #[error("budget {reason}")]
+    Budget {
+        /// The budget asked for, in bytes.
+        bytes: u64,
+        /// Why it is refused, starting with the budget (`1T is more than ...`).
+        reason: String,
+    },
+
+    /// A policy spec is refused.
+    #[error("policy '{spec}': {reason}")]
+    Policy {
+        /// The spec given.
+        spec: String,
+        /// Why it is refused.
+        reason: String,
+    },
+
+    /// A host fact could not be read.
+    #[error("{0}")]
+    Host(String),
 
     /// A metrics address is not acceptable.
     #[error("metrics address '{addr}': {reason}")]

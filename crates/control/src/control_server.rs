@@ -1,38 +1,52 @@
 //! [`ControlServer`]: a thread serving a managed process's control socket.
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, ErrorKind, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connection_limits::{ConnectionLimits, Refusal};
 use crate::control_error::ControlError;
+use crate::deadline_stream::DeadlineStream;
+use crate::host_memory::mem_total_bytes;
 use crate::peer_credentials::PeerCredentials;
 use crate::process_status::ProcessStatus;
 use crate::protocol::{
     decode_request, encode_response, read_line_limited, Request, Response, MAX_REQUEST_BYTES,
 };
+use crate::set_rules::SetRules;
 use crate::socket_dir::{prepare_control_dir, socket_path};
 
-/// How long a client may take to send a request before it is dropped.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once (one thread each); more are refused.
-const MAX_CLIENTS: usize = 8;
+/// Time a client has to send a request and read its answer (the handler's own time aside);
+/// counted from when the server starts waiting for the request, however slowly bytes arrive.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Time an answer gets to go out after the handler ran.
+const ANSWER_TIME: Duration = Duration::from_secs(2);
+/// Time an error or busy answer gets to go out.
+const ERROR_ANSWER_TIME: Duration = Duration::from_millis(500);
+/// Connections served at once (one thread each); more are answered "busy".
+pub const MAX_CONNECTIONS: usize = 8;
+/// Connections of one user served at once, so one user cannot take every place.
+pub const MAX_CONNECTIONS_PER_UID: usize = 4;
 
 /// What a managed process does with requests.
 pub trait ControlHandler: Send + Sync {
     /// The current status.
     fn status(&self) -> ProcessStatus;
-    /// Applies a new budget and/or policy; `Err` is a one-line reason.
+    /// Applies a new budget and/or policy, already checked with [`SetRules`] (host RAM, the
+    /// chunk size of [`status`](Self::status), a live policy); `Err` is a one-line reason.
     fn set(&self, budget_bytes: Option<u64>, policy: Option<&str>) -> Result<(), String>;
 }
 
-/// A listening control socket at `DIR/PID.sock` (mode 0600) and the thread serving it (one
-/// short-lived thread per connection, at most 8 at once). Only
-/// root and the process's own effective user may talk to it (`SO_PEERCRED`). Dropping the
-/// server does not stop the thread; [`remove_socket`](Self::remove_socket) unlinks the socket.
+/// A listening control socket at `DIR/PID.sock` (mode 0600) and the thread serving it: one
+/// short-lived thread per connection, at most [`MAX_CONNECTIONS`] at once and
+/// [`MAX_CONNECTIONS_PER_UID`] per peer user (`SO_PEERCRED`), more get a busy answer; each
+/// request must arrive within [`REQUEST_DEADLINE`]; `set` requests are checked with
+/// [`SetRules`] before the handler sees them. Only root and the process's own effective user
+/// get answers. Dropping the server does not stop the thread;
+/// [`remove_socket`](Self::remove_socket) unlinks the socket.
 #[derive(Debug)]
 pub struct ControlServer {
     path: PathBuf,
@@ -65,26 +79,26 @@ impl ControlServer {
             .name("memvisor-control".into())
             .spawn(move || {
                 thread_init();
-                let active = Arc::new(AtomicUsize::new(0));
+                let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID);
                 for stream in listener.incoming().flatten() {
-                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                        let _ = (&stream).write_all(&encode_response(&Response::error(
-                            "too many control connections",
-                        )));
-                        continue;
-                    }
-                    let (handler, in_thread) = (handler.clone(), active.clone());
-                    let spawned = std::thread::Builder::new()
+                    // A peer whose credentials cannot be read counts as one unknown user.
+                    let peer = PeerCredentials::of(&stream).ok();
+                    let allowed = peer.is_some_and(|c| c.may_control(owner));
+                    let slot = match limits.try_open(peer.map_or(u32::MAX, |c| c.uid)) {
+                        Ok(slot) => slot,
+                        Err(refusal) => {
+                            answer_busy(stream, refusal);
+                            continue;
+                        }
+                    };
+                    let handler = handler.clone();
+                    let _ = std::thread::Builder::new()
                         .name("memvisor-control-client".into())
                         .spawn(move || {
                             thread_init();
-                            serve_connection(stream, owner, handler.as_ref());
-                            in_thread.fetch_sub(1, Ordering::AcqRel);
+                            serve_connection(stream, allowed, handler.as_ref());
+                            drop(slot);
                         });
-                    if spawned.is_err() {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    }
                 }
             })
             .map_err(io("start control thread"))?;
@@ -102,45 +116,92 @@ impl ControlServer {
     }
 }
 
-/// Serves one client until it closes, errs, or sends garbage.
-fn serve_connection(stream: UnixStream, owner: u32, handler: &dyn ControlHandler) {
-    let allowed = PeerCredentials::of(&stream).is_ok_and(|c| c.may_control(owner));
-    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
+/// Refuses a connection over the limits with one busy line.
+fn answer_busy(stream: UnixStream, refusal: Refusal) {
+    let mut stream = DeadlineStream::new(stream, ERROR_ANSWER_TIME);
+    let _ = stream.write_all(&encode_response(&Response::busy(format!(
+        "{refusal} (limits: {MAX_CONNECTIONS} in all, {MAX_CONNECTIONS_PER_UID} per user); try again"
+    ))));
+}
+
+/// The rules a `set` of this process must satisfy: host RAM and the process's chunk size.
+fn set_rules(handler: &dyn ControlHandler) -> Result<SetRules, ControlError> {
+    Ok(SetRules {
+        host_ram_bytes: mem_total_bytes()?,
+        chunk_bytes: handler.status().chunk_size,
+    })
+}
+
+/// Answers one decoded request.
+fn respond_to(request: Result<Request, ControlError>, handler: &dyn ControlHandler) -> Response {
+    match request {
+        Ok(Request::Status) => Response::status(handler.status()),
+        Ok(Request::Set {
+            budget_bytes,
+            policy,
+        }) => {
+            let checked =
+                set_rules(handler).and_then(|rules| rules.check(budget_bytes, policy.as_deref()));
+            if let Err(e) = checked {
+                return Response::error(e.to_string());
+            }
+            match handler.set(budget_bytes, policy.as_deref()) {
+                Ok(()) => Response::status(handler.status()),
+                Err(e) => Response::error(e),
+            }
+        }
+        Err(e) => Response::error(e.to_string()),
+    }
+}
+
+/// Serves one client until it closes, errs, sends garbage or misses a request's deadline.
+/// `allowed`: the peer is root or the process's user.
+fn serve_connection(stream: UnixStream, allowed: bool, handler: &dyn ControlHandler) {
+    let mut reader = BufReader::new(DeadlineStream::new(stream, REQUEST_DEADLINE));
     if !allowed {
         // Answer the first request rather than close at once: a client still sending it would
         // otherwise see a broken pipe instead of the reason.
         let _ = read_line_limited(&mut reader, MAX_REQUEST_BYTES);
-        let _ = writer.write_all(&encode_response(&Response::error(
-            "permission denied: only root or the process's user may control it",
-        )));
+        reader.get_mut().extend_to_at_least(ERROR_ANSWER_TIME);
+        let _ = reader
+            .get_mut()
+            .write_all(&encode_response(&Response::error(
+                "permission denied: only root or the process's user may control it",
+            )));
         return;
     }
     loop {
+        reader.get_mut().restart(REQUEST_DEADLINE);
         let line = match read_line_limited(&mut reader, MAX_REQUEST_BYTES) {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(e) => {
-                let _ = writer.write_all(&encode_response(&Response::error(e.to_string())));
+                let e = match e {
+                    ControlError::Read(io)
+                        if matches!(io.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
+                    {
+                        format!(
+                            "request not received within {} s",
+                            REQUEST_DEADLINE.as_secs()
+                        )
+                    }
+                    e => e.to_string(),
+                };
+                reader.get_mut().extend_to_at_least(ERROR_ANSWER_TIME);
+                let _ = reader
+                    .get_mut()
+                    .write_all(&encode_response(&Response::error(e)));
                 return;
             }
         };
-        let response = match decode_request(&line) {
-            Ok(Request::Status) => Response::status(handler.status()),
-            Ok(Request::Set {
-                budget_bytes,
-                policy,
-            }) => match handler.set(budget_bytes, policy.as_deref()) {
-                Ok(()) => Response::status(handler.status()),
-                Err(e) => Response::error(e),
-            },
-            Err(e) => Response::error(e.to_string()),
-        };
-        if writer.write_all(&encode_response(&response)).is_err() {
+        let response = respond_to(decode_request(&line), handler);
+        // The handler's time is not the client's: the answer gets its time to go out.
+        reader.get_mut().extend_to_at_least(ANSWER_TIME);
+        if reader
+            .get_mut()
+            .write_all(&encode_response(&response))
+            .is_err()
+        {
             return;
         }
     }

@@ -1,15 +1,28 @@
 //! [`MetricsServer`]: a minimal HTTP/1.0 server answering `GET /metrics` with Prometheus text,
-//! on loopback unless told otherwise.
+//! on loopback unless told otherwise. Connections are served concurrently, each within one
+//! deadline, so a slow client holds only its own connection.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::connection_limits::{ConnectionLimits, Refusal};
 use crate::control_error::ControlError;
+use crate::deadline_stream::DeadlineStream;
+use crate::http_request::MetricsRequest;
 
-/// Longest request head read.
-const MAX_HEAD: usize = 8192;
+/// Time a client has to send its request head and read the answer.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Time the answer gets to go out after a slow render.
+const WRITE_TIME: Duration = Duration::from_secs(2);
+/// Time a `503` answer gets to go out.
+const BUSY_ANSWER_TIME: Duration = Duration::from_millis(500);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// Connections served at once from one client address.
+pub const MAX_CONNECTIONS_PER_IP: usize = 4;
 
 /// A bound metrics listener.
 #[derive(Debug)]
@@ -65,59 +78,91 @@ impl MetricsServer {
         self.listener.local_addr().ok()
     }
 
-    /// Serves on a new thread; `render` produces the body of each scrape.
+    /// Serves on a new thread, each connection on a thread of its own (at most
+    /// [`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_IP`] per client address; more get `503`);
+    /// `render` produces the body of each scrape.
     pub fn serve(
         self,
-        render: impl Fn() -> String + Send + 'static,
+        render: impl Fn() -> String + Send + Sync + 'static,
     ) -> std::io::Result<JoinHandle<()>> {
+        let render: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(render);
         std::thread::Builder::new()
             .name("memvisor-metrics".into())
             .spawn(move || {
+                let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_IP);
                 for stream in self.listener.incoming().flatten() {
-                    let _ = answer(stream, &render);
+                    let Ok(peer) = stream.peer_addr() else {
+                        continue;
+                    };
+                    let slot = match limits.try_open(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(refusal) => {
+                            answer_busy(stream, refusal);
+                            continue;
+                        }
+                    };
+                    let render = render.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("memvisor-metrics-client".into())
+                        .spawn(move || {
+                            let _ = answer(stream, render.as_ref());
+                            drop(slot);
+                        });
                 }
             })
     }
 }
 
-/// Reads the request head and answers it.
-fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+/// Refuses a connection over the limits with `503` (after taking what it already sent, so
+/// that closing does not reset the connection before the answer is read).
+fn answer_busy(stream: TcpStream, refusal: Refusal) {
+    let mut stream = DeadlineStream::new(stream, BUSY_ANSWER_TIME);
+    if stream.socket().set_nonblocking(true).is_ok() {
+        let mut sink = [0u8; 4096];
+        let _ = stream.socket().read(&mut sink);
+        let _ = stream.socket().set_nonblocking(false);
+    }
+    let _ = respond(
+        &mut stream,
+        "503 Service Unavailable",
+        "text/plain",
+        &format!("busy: {refusal}; try again\n"),
+    );
+}
+
+/// Reads the request head and answers it, all within [`REQUEST_DEADLINE`].
+fn answer(stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) -> std::io::Result<()> {
+    let mut stream = DeadlineStream::new(stream, REQUEST_DEADLINE);
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+    let request = loop {
         let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
         head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_HEAD {
-            return respond(
-                &mut stream,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "",
-            );
+        match MetricsRequest::parse(&head, n == 0) {
+            MetricsRequest::Incomplete => continue,
+            request => break request,
         }
-    }
-    let first = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let first = String::from_utf8_lossy(first);
-    let mut parts = first.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    match (method, path) {
-        ("GET", "/metrics") | ("GET", "/") => respond(
-            &mut stream,
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            &render(),
-        ),
-        ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "not found\n"),
-        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", ""),
+    };
+    match request {
+        MetricsRequest::Metrics => {
+            let body = render();
+            // Rendering asks the managed process; the answer still gets its time to go out.
+            stream.extend_to_at_least(WRITE_TIME);
+            respond(
+                &mut stream,
+                request.status(),
+                "text/plain; version=0.0.4; charset=utf-8",
+                &body,
+            )
+        }
+        MetricsRequest::NotFound => {
+            respond(&mut stream, request.status(), "text/plain", "not found\n")
+        }
+        _ => respond(&mut stream, request.status(), "text/plain", ""),
     }
 }
 
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+fn respond(stream: &mut impl Write, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
     let msg = format!(
         "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

@@ -10,7 +10,11 @@
 //! <- {"v":1,"ok":true,"status":{"pid":4242,...}}
 //! -> {"v":1,"op":"set","budget_bytes":268435456,"policy":"clock"}
 //! <- {"v":1,"ok":false,"error":"policy 'xyz': unknown policy"}
+//! <- {"v":1,"ok":false,"busy":true,"error":"8 connections already open; try again"}
 //! ```
+//!
+//! The server answers each request within a deadline counted from when it starts waiting for
+//! it, and refuses `set` requests that [`SetRules`](crate::SetRules) refuses.
 
 use std::io::BufRead;
 
@@ -54,6 +58,16 @@ pub enum Response {
         /// The process's state.
         status: Box<ProcessStatus>,
     },
+    /// The process serves as many connections as it allows (overall or for this user): try
+    /// again later. The connection is closed after this answer.
+    Busy {
+        /// Always false.
+        ok: bool,
+        /// Always true.
+        busy: bool,
+        /// One-line reason.
+        error: String,
+    },
     /// Failure.
     Error {
         /// Always false.
@@ -69,6 +83,15 @@ impl Response {
         Self::Status {
             ok: true,
             status: Box::new(status),
+        }
+    }
+
+    /// A refusal because the server is full.
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self::Busy {
+            ok: false,
+            busy: true,
+            error: message.into(),
         }
     }
 
@@ -142,7 +165,13 @@ pub fn decode_request(line: &[u8]) -> Result<Request, ControlError> {
 pub fn decode_response(line: &[u8]) -> Result<Response, ControlError> {
     let r: Response = decode(line, MAX_RESPONSE_BYTES)?;
     match &r {
-        Response::Status { ok: true, .. } | Response::Error { ok: false, .. } => Ok(r),
+        Response::Status { ok: true, .. }
+        | Response::Busy {
+            ok: false,
+            busy: true,
+            ..
+        }
+        | Response::Error { ok: false, .. } => Ok(r),
         _ => Err(ControlError::Decode("'ok' disagrees with the body".into())),
     }
 }
@@ -155,9 +184,7 @@ pub fn read_line_limited(
 ) -> Result<Option<Vec<u8>>, ControlError> {
     let mut line = Vec::new();
     loop {
-        let buf = reader
-            .fill_buf()
-            .map_err(|e| ControlError::Decode(e.to_string()))?;
+        let buf = reader.fill_buf().map_err(ControlError::Read)?;
         if buf.is_empty() {
             return if line.is_empty() {
                 Ok(None)
@@ -216,7 +243,11 @@ mod tests {
             program: "x".into(),
             ..Default::default()
         };
-        for r in [Response::status(s), Response::error("no")] {
+        for r in [
+            Response::status(s),
+            Response::error("no"),
+            Response::busy("full"),
+        ] {
             assert_eq!(decode_response(&encode_response(&r)).unwrap(), r);
         }
     }
@@ -243,6 +274,11 @@ mod tests {
             );
         }
         assert!(decode_response(br#"{"v":1,"ok":true,"error":"x"}"#).is_err());
+        assert!(decode_response(br#"{"v":1,"ok":false,"busy":false,"error":"x"}"#).is_err());
+        assert!(matches!(
+            decode_response(br#"{"v":1,"ok":false,"busy":true,"error":"x"}"#),
+            Ok(Response::Busy { .. })
+        ));
         let long = vec![b' '; MAX_REQUEST_BYTES + 1];
         assert!(matches!(
             decode_request(&long),

@@ -235,26 +235,20 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         reason: "expected a duration from 0 to 1s, such as 100us, 0.5ms or 0".into(),
     })?;
     let budget = parse_size("budget", &args.budget)?.resolve(ram);
-    if budget > ram {
-        return Err(RunError::Budget {
+    // The same rules `memvisor set` and the control server apply.
+    let budget_rules = memvisor_control::SetRules {
+        host_ram_bytes: ram,
+        chunk_bytes: chunk,
+    };
+    budget_rules
+        .check_budget(budget)
+        .map_err(|e| RunError::Budget {
             given: args.budget.clone(),
-            reason: format!(
-                "{} is more than this host's RAM ({})",
-                format_bytes(budget),
-                format_bytes(ram)
-            ),
-        });
-    }
-    if budget < chunk {
-        return Err(RunError::Budget {
-            given: args.budget.clone(),
-            reason: format!(
-                "{} is less than one chunk ({})",
-                format_bytes(budget),
-                format_bytes(chunk)
-            ),
-        });
-    }
+            reason: match e {
+                ControlError::Budget { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })?;
     let policy: PolicySpec = args.policy.parse().map_err(|e| RunError::Value {
         arg: "policy",
         given: args.policy.clone(),

@@ -1,7 +1,7 @@
 //! `memvisor set PID`: changes a managed process's budget and/or policy at run time.
 
 use clap::Args;
-use memvisor_control::{format_bytes, socket_dir, ByteSize, ControlClient, ControlError};
+use memvisor_control::{format_bytes, socket_dir, ByteSize, ControlClient, ControlError, SetRules};
 
 use crate::host_memory::mem_total_bytes;
 
@@ -19,31 +19,36 @@ pub struct SetArgs {
     policy: Option<String>,
 }
 
-/// Applies the change and prints the new budget and policy.
+/// Checks the change with the process's [`SetRules`] (the server checks again), applies it
+/// and prints the new budget and policy.
 pub fn run(args: SetArgs) -> Result<(), ControlError> {
+    let ram = mem_total_bytes().map_err(ControlError::Host)?;
     let budget = match &args.budget {
-        Some(text) => {
-            let ram = mem_total_bytes().map_err(|reason| ControlError::Size {
-                input: text.clone(),
-                reason,
-            })?;
-            let b = ByteSize::parse(text)?.resolve(ram);
-            if b > ram {
-                return Err(ControlError::Size {
-                    input: text.clone(),
-                    reason: format!(
-                        "{} is more than this host's RAM ({})",
-                        format_bytes(b),
-                        format_bytes(ram)
-                    ),
-                });
-            }
-            Some(b)
-        }
+        Some(text) => Some(ByteSize::parse(text)?.resolve(ram)),
         None => None,
     };
-    let dir = socket_dir::default_control_dir();
-    let s = ControlClient::connect(&dir, args.pid)?.set(budget, args.policy.clone())?;
+    let dir = socket_dir::find_socket_dir(args.pid);
+    let connected = ControlClient::connect(&dir, args.pid).and_then(|mut client| {
+        let status = client.status()?;
+        Ok((client, status))
+    });
+    let (mut client, chunk_bytes) = match connected {
+        Ok((client, status)) => (client, status.chunk_size),
+        // Say what the stop means for this command: nothing was changed.
+        Err(ControlError::Stopped { pid, .. }) => {
+            return Err(ControlError::Stopped {
+                pid,
+                action: "; not changed",
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let rules = SetRules {
+        host_ram_bytes: ram,
+        chunk_bytes,
+    };
+    rules.check(budget, args.policy.as_deref())?;
+    let s = client.set(budget, args.policy.clone())?;
     println!(
         "pid {}: budget {}, policy {}",
         s.pid,

@@ -17,7 +17,7 @@ pub struct StatArgs {
 
 /// Prints the status of one process.
 pub fn run(args: StatArgs) -> Result<(), ControlError> {
-    let dir = socket_dir::default_control_dir();
+    let dir = socket_dir::find_socket_dir(args.pid);
     let status = ControlClient::connect(&dir, args.pid)?.status()?;
     if args.json {
         println!(

@@ -24,23 +24,41 @@ pub struct TopArgs {
     once: bool,
 }
 
-/// Every managed process that answers, by pid.
-fn sample() -> Result<HashMap<u32, ProcessStatus>, ControlError> {
-    let dir = socket_dir::default_control_dir();
-    let mut out = HashMap::new();
-    for pid in socket_dir::list_managed_pids(&dir)? {
-        // A socket whose process died without removing it does not answer: skip it.
-        if let Ok(s) = ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
-            out.insert(pid, s);
+/// What one look at every control directory found.
+#[derive(Debug, Default)]
+pub struct Sample {
+    /// Processes that answered, by pid.
+    pub answered: HashMap<u32, ProcessStatus>,
+    /// Processes that are stopped (SIGSTOP): not asked, shown as stopped.
+    pub stopped: Vec<u32>,
+}
+
+/// Every managed process in every control directory this user may read (root: all users').
+fn sample() -> Result<Sample, ControlError> {
+    let mut out = Sample::default();
+    for dir in socket_dir::control_dirs() {
+        for pid in socket_dir::list_managed_pids(&dir)? {
+            // A stopped process is reported without waiting for it; a stale socket (its
+            // process died without removing it) or one that does not answer is skipped.
+            match ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
+                Ok(s) => {
+                    out.answered.insert(pid, s);
+                }
+                Err(ControlError::Stopped { .. }) => out.stopped.push(pid),
+                Err(_) => {}
+            }
         }
     }
+    out.stopped.sort_unstable();
     Ok(out)
 }
 
-/// One frame: a row per process with rates against the previous sample.
+/// One frame: a row per process with rates against the previous sample, then a row per
+/// stopped process.
 pub fn render_frame(
     now: &HashMap<u32, ProcessStatus>,
     before: &HashMap<u32, ProcessStatus>,
+    stopped: &[u32],
 ) -> String {
     let mut pids: Vec<&u32> = now.keys().collect();
     pids.sort();
@@ -76,8 +94,17 @@ pub fn render_frame(
             s.regions.len().to_string(),
         ]);
     }
+    for pid in stopped {
+        let mut row = vec![pid.to_string(), "-".into(), "(stopped)".into()];
+        row.resize(10, "-".into());
+        rows.push(row);
+    }
     let mut out = String::new();
-    let _ = writeln!(out, "memvisor top: {} managed process(es)", now.len());
+    let _ = writeln!(
+        out,
+        "memvisor top: {} managed process(es)",
+        now.len() + stopped.len()
+    );
     out.push_str(&align(&rows));
     out
 }
@@ -87,7 +114,7 @@ pub fn run(args: TopArgs) -> Result<(), ControlError> {
     let frames = if args.once { Some(1) } else { args.iterations };
     let interval = Duration::from_secs_f64(args.interval.clamp(0.05, 3600.0));
     let clear = std::io::stdout().is_terminal() && frames != Some(1);
-    let mut before = sample()?;
+    let mut before = sample()?.answered;
     let mut shown = 0u64;
     loop {
         std::thread::sleep(interval);
@@ -95,11 +122,11 @@ pub fn run(args: TopArgs) -> Result<(), ControlError> {
         if clear {
             print!("\x1b[H\x1b[2J");
         }
-        print!("{}", render_frame(&now, &before));
+        print!("{}", render_frame(&now.answered, &before, &now.stopped));
         shown += 1;
         if frames.is_some_and(|n| shown >= n) {
             return Ok(());
         }
-        before = now;
+        before = now.answered;
     }
 }

@@ -182,6 +182,120 @@ fn workload_pages_beyond_budget_and_is_controllable() {
     assert_eq!(stderr(&gone).lines().count(), 1, "{}", stderr(&gone));
 }
 
+/// A stopped program (SIGSTOP) cannot answer: `set` refuses at once and changes nothing,
+/// `stat` says it is stopped, `top --once` shows it as stopped without waiting for it; once
+/// continued, it is controllable again.
+#[test]
+fn stopped_programs_are_reported_at_once() {
+    if !userfaultfd_usable() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let prog = compile_c("managed_workload", t.path());
+    let ctl = t.path().join("ctl");
+    let swap = t.path().join("swap");
+    std::fs::create_dir(&swap).unwrap();
+    let mut child = memvisor(&ctl)
+        .args([
+            "run",
+            "--budget",
+            "16M",
+            "--min-region",
+            "1M",
+            "--arena",
+            "1G",
+        ])
+        .arg("--swap-dir")
+        .arg(&swap)
+        .arg("--")
+        .arg(&prog)
+        .args(["work", "32", "0", "hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let pid = loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "program ended early");
+        if let Some(p) = l.strip_prefix("READY ") {
+            break p.trim().to_string();
+        }
+    };
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    let timed = |args: &[&str]| {
+        let start = std::time::Instant::now();
+        let o = memvisor(&ctl).args(args).output().unwrap();
+        (o, start.elapsed())
+    };
+    let (set, took) = timed(&["set", &pid, "--budget", "8M"]);
+    assert!(!set.status.success());
+    assert_eq!(
+        stderr(&set).trim(),
+        format!("memvisor: error: process {pid} is stopped (SIGSTOP); not changed")
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "set took {took:?}"
+    );
+    let (stat, took) = timed(&["stat", &pid]);
+    assert!(
+        stderr(&stat).contains(&format!("process {pid} is stopped")),
+        "{}",
+        stderr(&stat)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "stat took {took:?}"
+    );
+    let (top, took) = timed(&["top", "--once", "--interval", "0.1"]);
+    assert!(top.status.success(), "{}", stderr(&top));
+    let top = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(
+        top.lines()
+            .any(|l| l.starts_with(&pid) && l.contains("(stopped)")),
+        "{top}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "top took {took:?}"
+    );
+
+    signal("-CONT");
+    // Nothing was queued while it was stopped: the budget is the one it started with.
+    assert_eq!(stat_json(&ctl, &pid).budget_bytes, 16 * MIB);
+    let set = memvisor(&ctl)
+        .args(["set", &pid, "--budget", "8M"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert_eq!(stat_json(&ctl, &pid).budget_bytes, 8 * MIB);
+    let huge = memvisor(&ctl)
+        .args(["set", &pid, "--budget", "100T"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&huge).contains("more than this host's RAM"),
+        "{}",
+        stderr(&huge)
+    );
+
+    drop(child.stdin.take());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest.trim(), "OK");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 #[test]
 fn exit_codes_and_signals_pass_through() {
     if !userfaultfd_usable() {
