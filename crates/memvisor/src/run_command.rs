@@ -14,7 +14,6 @@ use memvisor_control::{
     MetricsServer,
 };
 use memvisor_pager::Region;
-use memvisor_policy::PolicySpec;
 
 use crate::host_memory::mem_total_bytes;
 use crate::swap_dir_check::{check_swap_dir, SwapRoom};
@@ -236,11 +235,11 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
     })?;
     let budget = parse_size("budget", &args.budget)?.resolve(ram);
     // The same rules `memvisor set` and the control server apply.
-    let budget_rules = memvisor_control::SetRules {
+    let rules = memvisor_control::SetRules {
         host_ram_bytes: ram,
         chunk_bytes: chunk,
     };
-    budget_rules
+    rules
         .check_budget(budget)
         .map_err(|e| RunError::Budget {
             given: args.budget.clone(),
@@ -249,18 +248,16 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
                 other => other.to_string(),
             },
         })?;
-    let policy: PolicySpec = args.policy.parse().map_err(|e| RunError::Value {
-        arg: "policy",
-        given: args.policy.clone(),
-        reason: format!("{e}"),
-    })?;
-    if policy.is_offline() {
-        return Err(RunError::Value {
+    rules
+        .check_policy(&args.policy)
+        .map_err(|e| RunError::Value {
             arg: "policy",
             given: args.policy.clone(),
-            reason: "an offline policy cannot page a live program".into(),
-        });
-    }
+            reason: match e {
+                ControlError::Policy { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })?;
     let min_region = parse_size("min-region", &args.min_region)?.resolve(ram);
     if min_region < 4096 {
         return Err(RunError::Value {
