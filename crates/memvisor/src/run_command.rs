@@ -239,15 +239,13 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         host_ram_bytes: ram,
         chunk_bytes: chunk,
     };
-    rules
-        .check_budget(budget)
-        .map_err(|e| RunError::Budget {
-            given: args.budget.clone(),
-            reason: match e {
-                ControlError::Budget { reason, .. } => reason,
-                other => other.to_string(),
-            },
-        })?;
+    rules.check_budget(budget).map_err(|e| RunError::Budget {
+        given: args.budget.clone(),
+        reason: match e {
+            ControlError::Budget { reason, .. } => reason,
+            other => other.to_string(),
+        },
+    })?;
     rules
         .check_policy(&args.policy)
         .map_err(|e| RunError::Value {

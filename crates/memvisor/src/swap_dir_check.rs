@@ -48,7 +48,8 @@ pub fn check_swap_dir(
     if !meta.is_dir() {
         return Err("not a directory".into());
     }
-    probe_create(dir).map_err(|e| format!("cannot create a swap file there ({e})"))?;
+    probe_create(dir)
+        .map_err(|e| format!("not writable: cannot create a swap file there ({e})"))?;
     let free = free_bytes(dir).map_err(|e| format!("cannot read its free space ({e})"))?;
     if free < chunk {
         return Err(format!(
