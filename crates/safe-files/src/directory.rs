@@ -53,9 +53,8 @@ impl Directory {
             )
         })?;
         // SAFETY: `fd` was just returned by open and is owned by nothing else.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     fn openat(&self, name: &OsStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<File> {
