@@ -348,6 +348,6 @@ mod tests {
         let old = unsafe { libc::umask(0o022) };
         // SAFETY: as above.
         unsafe { libc::umask(old) };
-        u32::from(old)
+        old
     }
 }
