@@ -238,7 +238,8 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
             "already_sharing_frame": stats.already_shared,
             "zero_pages": stats.zero_pages,
             "lookahead_hits": stats.lookahead_hits, "lookahead_misses": stats.lookahead_misses,
-            "hash_mismatches": stats.hash_mismatches, "pages_hashed": stats.pages_hashed,
+            "hash_mismatches": stats.hash_mismatches,
+            "vanished_matches": stats.vanished_matches, "pages_hashed": stats.pages_hashed,
             "wall_s": stats.wall.as_secs_f64(), "cpu_s": stats.cpu.as_secs_f64(),
             "ksm": ksm.map(|k| serde_json::json!({
                 "run": k.run, "pages_shared": k.pages_shared, "pages_sharing": k.pages_sharing,
@@ -280,8 +281,16 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
             summary.across_sources,
             stats.already_shared
         );
+        let vanished = if stats.vanished_matches > 0 {
+            format!(
+                "; {} hash matches not compared (the other page's process exited or the page vanished)",
+                stats.vanished_matches
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "indexed {} non-zero pages, {} distinct; {} zero pages; lookahead {} hits, {} misses; {} hash matches with different bytes",
+            "indexed {} non-zero pages, {} distinct; {} zero pages; lookahead {} hits, {} misses; {} hash matches with different bytes{vanished}",
             summary.pages,
             summary.distinct,
             stats.zero_pages,
