@@ -15,6 +15,9 @@
 //! - dropping an uncommitted [`OutputFile`] removes its temporary file: the target is written
 //!   whole or not at all.
 //!
+//! [`create_output_dir`] makes a directory for such files and refuses a symbolic link or a
+//! directory of another user in its place.
+//!
 //! ```
 //! use std::io::Write;
 //! use memvisor_safe_files::OutputFile;
@@ -33,9 +36,11 @@
 //! ```
 
 mod directory;
+mod output_dir;
 mod output_file;
 mod safe_file_error;
 mod temp_name;
 
+pub use output_dir::create_output_dir;
 pub use output_file::OutputFile;
 pub use safe_file_error::SafeFileError;
