@@ -2,7 +2,7 @@
 //! preload library), after checking everything that can be checked before it starts.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -186,8 +186,19 @@ fn check_swap_dir(dir: &Path) -> Result<(), RunError> {
     if !meta.is_dir() {
         return Err(bad("not a directory".into()));
     }
-    let probe = dir.join(format!(".memvisor-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|e| bad(format!("not writable ({e})")))?;
+    // The swap directory may be shared (/var/tmp): the probe is created exclusively, never
+    // through a planted symlink, under a name no one can have planted anyway.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let probe = dir.join(format!(".memvisor-probe-{}-{nanos}", std::process::id()));
+    std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&probe)
+        .map_err(|e| bad(format!("not writable ({e})")))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
