@@ -182,6 +182,23 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_file_of_another_user_is_refused() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: chown to another user needs root");
+            return;
+        }
+        let tmp = private_dir();
+        let path = tmp.path().join(LOCK_FILE);
+        std::fs::write(&path, b"").unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        let e = KsmSettingsLock::acquire_in(tmp.path(), Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file owned by uid 0"), "{e}");
+    }
+
+    #[test]
     fn a_symlink_in_place_of_the_lock_is_refused() {
         let tmp = private_dir();
         let dir = tmp.path();
