@@ -27,6 +27,9 @@ pub enum BenchError {
         /// The cause.
         source: io::Error,
     },
+    /// A results file could not be created or moved into place (the message names it).
+    #[error(transparent)]
+    Output(#[from] memvisor_safe_files::SafeFileError),
     /// An external command (mkswap, swapon, ...) failed or could not start.
     #[error("{command} failed: {detail}")]
     Command {

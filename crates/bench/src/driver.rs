@@ -2,12 +2,12 @@
 //! memvisor, ...) `reps` times, each in its own process and memory cgroup, with the kernel
 //! baseline's swap file active for the whole run; collect every report.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use memvisor_safe_files::OutputFile;
 use serde::{Deserialize, Serialize};
 
 use crate::bench_error::BenchError;
@@ -15,6 +15,7 @@ use crate::interrupt;
 use crate::kernel_swap::KernelSwapFile;
 use crate::memory_cgroup::{group_name, CgroupUsage, MemoryCgroup};
 use crate::page_pattern::PAGE;
+use crate::results_file::{create_results_dir, write_results_file};
 use crate::variant::Variant;
 use crate::workload_report::WorkloadReport;
 use crate::workload_spec::WorkloadSpec;
@@ -75,9 +76,12 @@ pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
     }
     MemoryCgroup::check_available()?;
     let logs = args.out_dir.join("logs");
-    fs::create_dir_all(&logs).map_err(|e| BenchError::io("create directory", &logs, e))?;
+    create_results_dir(&args.out_dir)?;
+    create_results_dir(&logs)?;
     let jsonl = args.out_dir.join("results.jsonl");
-    let mut out = File::create(&jsonl).map_err(|e| BenchError::io("create", &jsonl, e))?;
+    // Rewritten whole after every run (a few lines each): complete at every moment.
+    let mut lines = String::new();
+    write_results_file(&jsonl, &lines)?;
     // The kernel's swap: twice the data set (plus slack), so it stays under half full and the
     // kernel keeps the swap copies of pages it reads back (it drops them above half full, which
     // would force rewrites of clean pages; memvisor's swap file is sparse and never "full").
@@ -115,7 +119,9 @@ pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
                     rec.cgroup.peak_bytes >> 20,
                 );
                 let line = serde_json::to_string(&rec).unwrap_or_default();
-                writeln!(out, "{line}").map_err(|e| BenchError::io("write", &jsonl, e))?;
+                lines.push_str(&line);
+                lines.push('\n');
+                write_results_file(&jsonl, &lines)?;
                 records.push(rec);
             }
         }
@@ -142,13 +148,16 @@ fn run_one(
     ));
     let out_path = stem.with_extension("out");
     let err_path = stem.with_extension("err");
-    let open = |p: &Path| {
-        OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(p)
-            .map_err(|e| BenchError::io("create", p, e))
+    // The child's output goes to temporary files, moved into place when it has exited.
+    let out_log = OutputFile::create(&out_path)?;
+    let err_log = OutputFile::create(&err_path)?;
+    let child_end = |log: &OutputFile| -> Result<Stdio, BenchError> {
+        let copy = log
+            .file()
+            .ok_or_else(|| std::io::Error::other("not a file"))
+            .and_then(|f| f.try_clone())
+            .map_err(|e| BenchError::io("duplicate", log.path(), e))?;
+        Ok(Stdio::from(copy))
     };
     let started = Instant::now();
     // The shell joins the group, then becomes the workload (same pid): only the child is ever
@@ -170,8 +179,8 @@ fn run_one(
         .arg("--workload")
         .arg(workload.to_string())
         .stdin(Stdio::null())
-        .stdout(open(&out_path)?)
-        .stderr(open(&err_path)?)
+        .stdout(child_end(&out_log)?)
+        .stderr(child_end(&err_log)?)
         .spawn()
         .map_err(|e| BenchError::Command {
             command: format!("{} workload", args.exe.display()),
@@ -192,6 +201,8 @@ fn run_one(
         std::thread::sleep(Duration::from_millis(20));
     };
     let wall_secs = started.elapsed().as_secs_f64();
+    out_log.commit()?;
+    err_log.commit()?;
     // Ctrl-C reaches the child too (same process group): it died of it, not of a failure.
     if interrupt::requested() {
         return Err(BenchError::Interrupted);

@@ -1,9 +1,10 @@
-//! [`KernelSwapFile`]: a swap file activated for the kernel baseline (`fallocate`, `chmod 600`,
-//! `mkswap`, `swapon`), deactivated and removed on drop; and the checks around it (no other
-//! swap active, leftovers of killed runs cleaned up).
+//! [`KernelSwapFile`]: a swap file activated for the kernel baseline (created exclusively, mode
+//! 0600, allocated with `fallocate(2)`, then `mkswap`, `swapon`), deactivated and removed on
+//! drop; and the checks around it (no other swap active, leftovers of killed runs cleaned up).
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,9 +39,7 @@ impl KernelSwapFile {
             active: false,
         };
         let p = swap.path.display().to_string();
-        run("fallocate", &["-l", &bytes.to_string(), &p])?;
-        fs::set_permissions(&swap.path, fs::Permissions::from_mode(0o600))
-            .map_err(|e| BenchError::io("chmod 600", &swap.path, e))?;
+        allocate_exclusive(&swap.path, bytes)?;
         run("mkswap", &[&p])?;
         run("swapon", &[&p])?;
         swap.active = true;
@@ -67,6 +66,32 @@ impl Drop for KernelSwapFile {
             }
         }
     }
+}
+
+/// Creates `path` as a new file of `bytes` allocated (not sparse) bytes, mode 0600; fails if
+/// anything, even a symbolic link, already has that name (the swap directory may be shared).
+fn allocate_exclusive(path: &Path, bytes: u64) -> Result<(), BenchError> {
+    let file = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| BenchError::io("create swap file", path, e))?;
+    let len = libc::off_t::try_from(bytes).map_err(|_| {
+        BenchError::io(
+            "size swap file",
+            path,
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        )
+    })?;
+    // SAFETY: fallocate on a descriptor owned by `file`, which outlives the call.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = fs::remove_file(path);
+        return Err(BenchError::io("allocate swap file", path, e));
+    }
+    Ok(())
 }
 
 /// Active swap areas (`/proc/swaps`, header skipped).
@@ -145,6 +170,26 @@ pub fn run(program: &str, args: &[&str]) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swap_files_are_created_exclusively() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("swap");
+        allocate_exclusive(&p, 1 << 20).unwrap();
+        let meta = fs::metadata(&p).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(meta.len(), 1 << 20);
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert!(meta.blocks() * 512 >= 1 << 20, "sparse");
+        // An existing name, or a planted symlink, is refused and left alone.
+        assert!(allocate_exclusive(&p, 4096).is_err());
+        let victim = t.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(allocate_exclusive(&link, 4096).is_err());
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+    }
 
     #[test]
     fn names_and_pids() {

@@ -49,6 +49,7 @@ pub mod redis_report;
 pub mod redis_values;
 pub mod region_counters;
 pub mod resp_connection;
+pub mod results_file;
 pub mod scrub_eval;
 pub mod scrub_eval_config;
 pub mod scrub_eval_report;

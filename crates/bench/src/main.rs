@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use memvisor_bench::byte_size::parse_bytes;
+use memvisor_bench::results_file::write_results_file;
 use memvisor_bench::{
     csv, drive, preflight, run_workload, summary_markdown, BenchError, DriverArgs, Variant,
     WorkloadArgs, WorkloadSpec,
@@ -188,10 +189,7 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
             let records = drive(&args)?;
             let md = summary_markdown(&records);
             print!("{md}");
-            let write = |name: &str, text: &str| {
-                let p = r.out.join(name);
-                std::fs::write(&p, text).map_err(|e| BenchError::io("write", p, e))
-            };
+            let write = |name: &str, text: &str| write_results_file(&r.out.join(name), text);
             write("summary.md", &md)?;
             write("results.csv", &csv(&records))?;
             write(

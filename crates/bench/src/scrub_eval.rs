@@ -6,6 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use memvisor_testvm::GuestImage;
+
+use crate::results_file::{create_results_dir, write_results_file};
 use serde::Serialize;
 
 use crate::bench_error::BenchError;
@@ -49,10 +51,8 @@ pub fn scrub_eval(config: &ScrubEvalConfig) -> Result<ScrubEvalResult, BenchErro
         run: "set-up".into(),
         source,
     })?;
-    fs::create_dir_all(&config.work_dir)
-        .map_err(|e| BenchError::io("create work directory", &config.work_dir, e))?;
-    fs::create_dir_all(&config.out_dir)
-        .map_err(|e| BenchError::io("create output directory", &config.out_dir, e))?;
+    create_results_dir(&config.work_dir)?;
+    create_results_dir(&config.out_dir)?;
     let disk = config
         .work_dir
         .canonicalize()
@@ -102,7 +102,7 @@ pub fn scrub_eval(config: &ScrubEvalConfig) -> Result<ScrubEvalResult, BenchErro
     let mut written = Vec::new();
     for (name, text) in files {
         let path = config.out_dir.join(name);
-        fs::write(&path, text).map_err(|e| BenchError::io("write", &path, e))?;
+        write_results_file(&path, &text)?;
         written.push(path);
     }
     let json_path = config.out_dir.join("scrub-eval.json");
@@ -122,7 +122,7 @@ pub fn scrub_eval(config: &ScrubEvalConfig) -> Result<ScrubEvalResult, BenchErro
     };
     let json = serde_json::to_string_pretty(&result)
         .map_err(|e| BenchError::bad("report", "scrub-eval.json", e.to_string()))?;
-    fs::write(&json_path, json).map_err(|e| BenchError::io("write", &json_path, e))?;
+    write_results_file(&json_path, &json)?;
     Ok(result)
 }
 

@@ -64,6 +64,20 @@ pub enum DedupError {
         /// The OS error.
         source: io::Error,
     },
+    /// The KSM settings lock stayed held by another process for the whole wait.
+    #[error(
+        "{}: KSM settings are locked by {holder} (another memvisor dedup --ksm-tune?); gave up after {:.1} s",
+        path.display(),
+        waited.as_secs_f64()
+    )]
+    KsmLockBusy {
+        /// The lock file.
+        path: PathBuf,
+        /// Who holds it: `pid N (COMM)` when known.
+        holder: String,
+        /// How long this process waited.
+        waited: std::time::Duration,
+    },
     /// A caller-supplied argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

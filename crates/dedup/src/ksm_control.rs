@@ -1,10 +1,10 @@
 //! Changing what ksmd does: [`KsmSettings`] (`run`, `pages_to_scan`, `sleep_millisecs`), a
 //! guard that restores them, and where ksmd is.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::time::Duration;
 
+use crate::ksm_settings_lock::{KsmSettingsLock, KSM_LOCK_TIMEOUT};
 use crate::ksm_status::{read_number, KSM_SYSFS};
 use crate::DedupError;
 
@@ -56,33 +56,24 @@ impl KsmSettings {
 }
 
 /// Holds the KSM settings as they were when created and writes them back when dropped; also
-/// holds an exclusive lock (`flock` on a file in /tmp), so tests and benchmarks that change the
-/// global KSM settings run one at a time, across processes.
+/// holds the [`KsmSettingsLock`], so memvisor processes, tests and benchmarks that change the
+/// global KSM settings run one at a time.
 #[derive(Debug)]
 pub struct KsmSettingsGuard {
     saved: KsmSettings,
-    _lock: File,
+    _lock: KsmSettingsLock,
 }
 
 impl KsmSettingsGuard {
-    /// Waits for the lock, then records the current settings.
+    /// Waits for the lock (up to [`KSM_LOCK_TIMEOUT`]), then records the current settings.
     pub fn acquire() -> Result<Self, DedupError> {
-        let path = Path::new("/tmp/memvisor-ksm-settings.lock");
-        let lock = File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| DedupError::File {
-                path: path.into(),
-                source,
-            })?;
-        // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } < 0 {
-            return Err(DedupError::File {
-                path: path.into(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        Self::acquire_within(KSM_LOCK_TIMEOUT)
+    }
+
+    /// Waits up to `timeout` for the lock, then records the current settings; a lock still
+    /// busy then is an error naming its holder.
+    pub fn acquire_within(timeout: Duration) -> Result<Self, DedupError> {
+        let lock = KsmSettingsLock::acquire(timeout)?;
         Ok(Self {
             saved: KsmSettings::read()?,
             _lock: lock,

@@ -21,13 +21,15 @@
 //! ```
 //!
 //! The kernel's side: [`KsmStatus`] and [`ProcessKsmStat`] read what KSM merged,
-//! [`KsmSettings`] and [`KsmSettingsGuard`] change and restore ksmd's rate, and [`KsmTuner`] is
-//! the control loop that steers that rate from the measured arrival of new duplicates.
+//! [`KsmSettings`] and [`KsmSettingsGuard`] change and restore ksmd's rate (one process at a
+//! time: [`KsmSettingsLock`], a lock file in root's private `/run/memvisor`), and [`KsmTuner`]
+//! is the control loop that steers that rate from the measured arrival of new duplicates.
 
 mod class_list;
 mod cpu_time;
 mod dedup_error;
 mod ksm_control;
+mod ksm_settings_lock;
 mod ksm_status;
 mod ksm_tuner;
 mod mergeable;
@@ -45,6 +47,7 @@ mod tracked_memory;
 pub use cpu_time::{parse_stat_cpu_ticks, process_cpu_time, thread_cpu_time};
 pub use dedup_error::DedupError;
 pub use ksm_control::{ksmd_pid, KsmSettings, KsmSettingsGuard};
+pub use ksm_settings_lock::{ksm_lock_dir, KsmSettingsLock, KSM_LOCK_TIMEOUT};
 pub use ksm_status::{parse_number, KsmStatus, ProcessKsmStat, KSM_SYSFS};
 pub use ksm_tuner::{KsmTuner, KsmTunerConfig, TunerStep};
 pub use mergeable::{madvise_mergeable, madvise_unmergeable};

@@ -20,6 +20,13 @@ pub enum PageState {
     Unreadable,
 }
 
+impl PageState {
+    /// Whether the page is in memory and its bytes were read.
+    pub fn is_present(self) -> bool {
+        matches!(self, Self::Present { .. })
+    }
+}
+
 /// Memory the scanner reads: one process, or a range of memvisor's own memory.
 pub trait PageSource {
     /// A short name for reports and errors (`pid 1234`, `region vm0`).

@@ -25,6 +25,10 @@ pub struct PassStats {
     pub already_shared: u64,
     /// Hash matches whose bytes differed (a collision, or content changed since indexing).
     pub hash_mismatches: u64,
+    /// Hash matches that could not be compared: the indexed page is gone (its process exited,
+    /// and is then dropped with its error in its report, or the page was unmapped or swapped
+    /// out since).
+    pub vanished_matches: u64,
     /// Pages not in memory (not read).
     pub absent_pages: u64,
     /// Pages that could not be read.
@@ -66,4 +70,6 @@ pub struct MatchStats {
     pub lookahead_hits: u64,
     /// Hash hits whose bytes differed.
     pub hash_mismatches: u64,
+    /// Hash hits on indexed pages that could no longer be read (process exited, page gone).
+    pub vanished: u64,
 }

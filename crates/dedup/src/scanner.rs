@@ -39,7 +39,20 @@ impl Default for ScannerConfig {
 struct Slot {
     source: Box<dyn PageSource + Send>,
     report: SourceReport,
+    /// The source failed (its process exited, ...): it is read no more.
     dead: bool,
+    /// Its pages have been removed from the index since it died.
+    purged: bool,
+}
+
+impl Slot {
+    /// Drops the source after `error`, keeping the first error as the reason.
+    fn fail(&mut self, error: &DedupError) {
+        if !self.dead {
+            self.dead = true;
+            self.report.error = Some(error.to_string());
+        }
+    }
 }
 
 /// A few pages of one source read around a page the scanner compared with.
@@ -140,6 +153,7 @@ impl Scanner {
                 ..Default::default()
             },
             dead: false,
+            purged: false,
         });
         (self.slots.len() - 1) as u32
     }
@@ -178,7 +192,7 @@ impl Scanner {
         if let Some(h) = hint.filter(|_| self.config.lookahead) {
             if self.index.class_of(h).is_some()
                 && Self::fetch(&mut self.slots, &mut self.window, &empty, h, true)
-                    .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }))
+                    .is_some_and(|(b, st)| b == bytes && st.is_present())
             {
                 self.match_stats.matches += 1;
                 self.match_stats.lookahead_hits += 1;
@@ -189,13 +203,16 @@ impl Scanner {
         let candidates: ClassList = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             for member in self.index.members(class).collect::<Vec<_>>() {
-                let same = Self::fetch(&mut self.slots, &mut self.window, &empty, member, false)
-                    .is_some_and(|(b, st)| b == bytes && matches!(st, PageState::Present { .. }));
-                if same {
-                    self.match_stats.matches += 1;
-                    return Some(member);
+                match Self::fetch(&mut self.slots, &mut self.window, &empty, member, false) {
+                    Some((b, st)) if st.is_present() => {
+                        if b == bytes {
+                            self.match_stats.matches += 1;
+                            return Some(member);
+                        }
+                        self.match_stats.hash_mismatches += 1;
+                    }
+                    _ => self.match_stats.vanished += 1,
                 }
-                self.match_stats.hash_mismatches += 1;
             }
         }
         None
@@ -237,7 +254,7 @@ impl Scanner {
     /// Reads `l`'s current bytes and state: from the batch being scanned, or the window,
     /// reading a new window if needed: `WINDOW_PAGES` pages from `l` when `ahead` (a lookahead
     /// comparison, likely followed by more at the next addresses), else `l` alone. `None` if the
-    /// page cannot be read now.
+    /// page cannot be read now; if its source failed, the source is marked dead with the error.
     fn fetch<'a>(
         slots: &mut [Slot],
         window: &'a mut Window,
@@ -270,15 +287,14 @@ impl Scanner {
             {
                 // Past the end of a mapping, or the source failed: fall back to the one page.
                 window.pages = 1;
-                if slot
-                    .source
-                    .read(
-                        l.address,
-                        &mut window.buf[..PAGE_SIZE],
-                        &mut window.states[..1],
-                    )
-                    .is_err()
-                {
+                if let Err(e) = slot.source.read(
+                    l.address,
+                    &mut window.buf[..PAGE_SIZE],
+                    &mut window.states[..1],
+                ) {
+                    // The source itself failed (its process exited while another was being
+                    // scanned): it is dropped, and the pass removes its pages from the index.
+                    slot.fail(&e);
                     window.pages = 0;
                     return None;
                 }
@@ -309,18 +325,27 @@ impl Scanner {
             }
             let src = s as u32;
             if let Err(e) = self.scan_source(src, &mut batch, &mut stats) {
-                let slot = &mut self.slots[s];
-                slot.dead = true;
-                slot.report.error = Some(e.to_string());
-                self.index.remove_source(src);
-                if self.window.source == src {
-                    self.window.pages = 0;
-                }
+                self.slots[s].fail(&e);
             }
+            self.purge_dead_sources();
         }
         stats.wall = t0.elapsed();
         stats.cpu = thread_cpu_time().saturating_sub(cpu0);
         stats
+    }
+
+    /// Removes from the index the pages of sources that died since the last purge (while
+    /// being scanned, or when a comparison read their memory).
+    fn purge_dead_sources(&mut self) {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.dead && !slot.purged {
+                slot.purged = true;
+                self.index.remove_source(i as u32);
+                if self.window.source == i as u32 {
+                    self.window.pages = 0;
+                }
+            }
+        }
     }
 
     fn scan_source(
@@ -436,7 +461,7 @@ impl Scanner {
                     if let Some(class) = self.index.class_of(next) {
                         let same =
                             Self::fetch(&mut self.slots, &mut self.window, batch, next, true)
-                                .filter(|(b, _)| *b == bytes)
+                                .filter(|(b, st)| st.is_present() && *b == bytes)
                                 .map(|(_, st)| st);
                         if let Some(st) = same {
                             self.index.join(class, l);
@@ -458,11 +483,17 @@ impl Scanner {
         let candidates: ClassList = self.index.candidates(hash).collect();
         for class in candidates.iter() {
             let rep = self.index.representative(class);
-            let same = Self::fetch(&mut self.slots, &mut self.window, batch, rep, false)
-                .filter(|(b, _)| *b == bytes)
-                .map(|(_, st)| st);
-            match same {
-                Some(st) => {
+            let compared = match Self::fetch(&mut self.slots, &mut self.window, batch, rep, false) {
+                Some((b, st)) if st.is_present() && b == bytes => Comparison::Same(st),
+                Some((_, st)) if st.is_present() => Comparison::Different,
+                // The page could not be read: its process exited, or it was unmapped or
+                // swapped out since it was indexed. Not a mismatch: nothing was compared.
+                _ => Comparison::Vanished,
+            };
+            match compared {
+                Comparison::Vanished => stats.vanished_matches += 1,
+                Comparison::Different => stats.hash_mismatches += 1,
+                Comparison::Same(st) => {
                     self.index.join(class, l);
                     stats.new_duplicates += 1;
                     if shares_frame(frame, st) {
@@ -471,12 +502,21 @@ impl Scanner {
                     self.last_match = Some((l, rep));
                     return;
                 }
-                None => stats.hash_mismatches += 1,
             }
         }
         self.index.insert_new(hash, l);
         self.last_match = None;
     }
+}
+
+/// The outcome of comparing a page with an indexed one.
+enum Comparison {
+    /// Equal bytes; the indexed page's state.
+    Same(PageState),
+    /// Both read, bytes differ.
+    Different,
+    /// The indexed page could not be read.
+    Vanished,
 }
 
 fn shares_frame(frame: Option<u64>, other: PageState) -> bool {

@@ -195,6 +195,54 @@ fn a_process_that_exits_mid_scan_is_reported_and_the_others_continue() {
 }
 
 #[test]
+fn a_process_that_exits_while_another_is_compared_with_it_is_reported_as_gone() {
+    // A and B hold the same 1024 distinct pages. A is indexed whole, then killed while B is
+    // being scanned, so B's later pages find their hash in A's classes but cannot read A's
+    // pages to compare: that is A having exited, not hash matches with different bytes.
+    let seeds: Vec<u64> = (20_000..20_000 + 1024).collect();
+    for lookahead in [true, false] {
+        let mut a = PagesChild::spawn(&pages(&seeds)).unwrap();
+        let b = PagesChild::spawn(&pages(&seeds)).unwrap();
+        let a_pid = a.pid();
+        let mut scanner = Scanner::new(ScannerConfig {
+            lookahead,
+            ..Default::default()
+        });
+        scanner.add_source(source(&a));
+        scanner.add_source(source(&b));
+        scanner.on_progress(move |src, done| {
+            if src == 1 && done == 256 {
+                // SAFETY: signals our own child.
+                unsafe { libc::kill(a_pid, libc::SIGKILL) };
+                let t = Instant::now();
+                while !is_exited(a_pid) && t.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let stats = scanner.pass();
+        assert_eq!(stats.hash_mismatches, 0, "lookahead {lookahead}: {stats:?}");
+        assert!(stats.vanished_matches > 0, "{stats:?}");
+        // B's first batch matched A (with the lookahead, also what its window had read ahead).
+        let matched_before_the_kill = if lookahead { 256..256 + 32 } else { 256..257 };
+        assert!(
+            matched_before_the_kill.contains(&stats.new_duplicates),
+            "{stats:?}"
+        );
+        let r = scanner.reports();
+        let err = r[0].error.as_deref().expect("A's exit is recorded");
+        assert!(
+            err.starts_with(&format!("pid {a_pid}: process not running")),
+            "{err}"
+        );
+        assert_eq!(r[0].index.pages, 0, "A's pages leave the index");
+        assert!(r[1].error.is_none());
+        assert_eq!(r[1].index.pages, 1024);
+        a.kill();
+    }
+}
+
+#[test]
 fn opening_a_missing_process_is_a_clear_error() {
     let mut child = PagesChild::spawn(&pages(&[1])).unwrap();
     let pid = child.pid();

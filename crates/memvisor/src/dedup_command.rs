@@ -37,6 +37,10 @@ pub struct DedupArgs {
     /// Seconds between passes.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     interval: f64,
+    /// With --ksm-tune: seconds to wait for another process holding the KSM settings lock
+    /// (in /run/memvisor) before giving up.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    ksm_lock_wait: f64,
     /// Number of passes (default: 1, or 30 with --ksm-tune).
     #[arg(long, value_name = "N")]
     passes: Option<u32>,
@@ -112,6 +116,12 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
             args.interval
         )));
     }
+    if !(args.ksm_lock_wait >= 0.0 && args.ksm_lock_wait < 1e9) {
+        return Err(DedupCommandError::Argument(format!(
+            "--ksm-lock-wait {} must be a number of seconds, 0 or more",
+            args.ksm_lock_wait
+        )));
+    }
     let passes = args
         .passes
         .unwrap_or(if args.ksm_tune { 30 } else { 1 })
@@ -137,7 +147,9 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
     }
     let guard = if args.ksm_tune {
         catch_interrupts();
-        Some(KsmSettingsGuard::acquire()?)
+        Some(KsmSettingsGuard::acquire_within(Duration::from_secs_f64(
+            args.ksm_lock_wait,
+        ))?)
     } else {
         None
     };
@@ -226,7 +238,8 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
             "already_sharing_frame": stats.already_shared,
             "zero_pages": stats.zero_pages,
             "lookahead_hits": stats.lookahead_hits, "lookahead_misses": stats.lookahead_misses,
-            "hash_mismatches": stats.hash_mismatches, "pages_hashed": stats.pages_hashed,
+            "hash_mismatches": stats.hash_mismatches,
+            "vanished_matches": stats.vanished_matches, "pages_hashed": stats.pages_hashed,
             "wall_s": stats.wall.as_secs_f64(), "cpu_s": stats.cpu.as_secs_f64(),
             "ksm": ksm.map(|k| serde_json::json!({
                 "run": k.run, "pages_shared": k.pages_shared, "pages_sharing": k.pages_sharing,
@@ -268,8 +281,16 @@ pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
             summary.across_sources,
             stats.already_shared
         );
+        let vanished = if stats.vanished_matches > 0 {
+            format!(
+                "; {} hash matches not compared (the other page's process exited or the page vanished)",
+                stats.vanished_matches
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "indexed {} non-zero pages, {} distinct; {} zero pages; lookahead {} hits, {} misses; {} hash matches with different bytes",
+            "indexed {} non-zero pages, {} distinct; {} zero pages; lookahead {} hits, {} misses; {} hash matches with different bytes{vanished}",
             summary.pages,
             summary.distinct,
             stats.zero_pages,

@@ -1,7 +1,6 @@
 //! `memvisor sim`: runs a sweep and prints, saves and plots it.
 
-use std::fs;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -11,6 +10,8 @@ use memvisor_sim::{
     miss_ratio_svg, CacheSize, SamplePeriod, SimConfig, SimError, Sweep, DEFAULT_SAMPLE_ACCESSES,
     SWEEP_FRACTIONS,
 };
+
+use memvisor_safe_files::{OutputFile, SafeFileError};
 
 use crate::source_args::{self, request_source, ArgError};
 
@@ -82,6 +83,9 @@ pub enum SimCommandError {
     /// A bad argument value.
     #[error(transparent)]
     BadArgument(#[from] ArgError),
+    /// An output file could not be created or committed (the message names it).
+    #[error(transparent)]
+    Output(#[from] SafeFileError),
 }
 
 fn bad(arg: &'static str, reason: impl ToString) -> SimCommandError {
@@ -115,13 +119,18 @@ fn output_kind(path: &Path) -> Result<&'static str, SimCommandError> {
     }
 }
 
-fn write(path: &Path, contents: &str) -> Result<(), SimCommandError> {
-    fs::write(path, contents).map_err(|source| {
+/// Writes `contents` to an output created before the simulation, and commits it.
+fn write(mut out: OutputFile, contents: &str) -> Result<(), SimCommandError> {
+    let path = out.path().to_path_buf();
+    out.write_all(contents.as_bytes()).map_err(|source| {
         SimCommandError::Sim(SimError::Output {
-            path: path.to_path_buf(),
+            path: path.clone(),
             source,
         })
-    })
+    })?;
+    out.commit()?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 /// Builds the sweep described by `args`.
@@ -177,6 +186,9 @@ pub fn sweep_from_args(args: &SimArgs) -> Result<Sweep, SimCommandError> {
 pub fn run(args: SimArgs) -> Result<(), SimCommandError> {
     let out_kind = args.out.as_deref().map(output_kind).transpose()?;
     let sweep = sweep_from_args(&args)?;
+    // Created now, so an output that cannot be written fails before the simulation runs.
+    let out = args.out.as_deref().map(OutputFile::create).transpose()?;
+    let plot = args.plot.as_deref().map(OutputFile::create).transpose()?;
     let bar = if args.quiet || !std::io::stderr().is_terminal() {
         ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
     } else {
@@ -191,18 +203,16 @@ pub fn run(args: SimArgs) -> Result<(), SimCommandError> {
     let report = sweep.run(&|total| bar.set_length(total), &|n| bar.inc(n))?;
     bar.finish_and_clear();
     print!("{}", report.to_table());
-    if let (Some(path), Some(kind)) = (&args.out, out_kind) {
+    if let (Some(out), Some(kind)) = (out, out_kind) {
         let text = if kind == "csv" {
             report.to_csv()
         } else {
             report.to_json()
         };
-        write(path, &text)?;
-        eprintln!("wrote {}", path.display());
+        write(out, &text)?;
     }
-    if let Some(path) = &args.plot {
-        write(path, &miss_ratio_svg(&report))?;
-        eprintln!("wrote {}", path.display());
+    if let Some(plot) = plot {
+        write(plot, &miss_ratio_svg(&report))?;
     }
     Ok(())
 }

@@ -23,6 +23,18 @@ pub fn bad(arg: &'static str, reason: impl ToString) -> ArgError {
     }
 }
 
+/// Checks that `--trace` names a file that can be read as a trace, saying what it is otherwise.
+fn check_trace_file(path: &Path) -> Result<(), ArgError> {
+    let problem = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => "is a directory; name a trace file in it".to_string(),
+        Ok(m) if m.is_file() => return Ok(()),
+        Ok(_) => "is not a regular file".to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_string(),
+        Err(e) => e.to_string(),
+    };
+    Err(bad("--trace", format!("{}: {problem}", path.display())))
+}
+
 /// The source named by `--trace` (with `--format`, or the format its name implies), else by
 /// `--workload`, else `default_workload`.
 pub fn request_source(
@@ -32,9 +44,7 @@ pub fn request_source(
     default_workload: &str,
 ) -> Result<RequestSource, ArgError> {
     if let Some(path) = trace {
-        if !path.is_file() {
-            return Err(bad("--trace", format!("{}: no such file", path.display())));
-        }
+        check_trace_file(path)?;
         let format = match format {
             Some(f) => f.parse::<TraceFormat>().map_err(|e| bad("--format", e))?,
             None => TraceFormat::detect(path).ok_or_else(|| {

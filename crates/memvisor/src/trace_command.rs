@@ -1,11 +1,10 @@
 //! `memvisor trace`: trace utilities (format conversion).
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 use memvisor_sim::SimError;
-use memvisor_trace::{write_oracle_general, write_text, TraceError};
+use memvisor_trace::{try_write_oracle_general, try_write_text, TraceError};
 
 use crate::source_args::{request_source, ArgError};
 
@@ -53,7 +52,8 @@ struct ConvertArgs {
     /// Output format.
     #[arg(long, value_enum)]
     to: OutputFormat,
-    /// Output file; written whole or not at all.
+    /// Output file, written whole or not at all (`-` is standard output; a symbolic link is
+    /// refused; a device such as /dev/null is written in place).
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
 }
@@ -70,14 +70,6 @@ pub enum TraceCommandError {
     /// A bad argument.
     #[error(transparent)]
     BadArgument(#[from] ArgError),
-    /// Moving the finished output into place failed.
-    #[error("{path}: {source}")]
-    Rename {
-        /// The output file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
 }
 
 /// Runs `memvisor trace`.
@@ -87,13 +79,9 @@ pub fn run(args: TraceArgs) -> Result<(), TraceCommandError> {
     }
 }
 
-/// The output's temporary name while it is being written: beside it, so the rename is atomic.
-fn partial_path(output: &Path) -> PathBuf {
-    let mut name = output.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    output.with_file_name(name)
-}
-
+/// Converts the source into `--output`, which the writers create as an
+/// [`OutputFile`](memvisor_safe_files::OutputFile): whole or not at all, never through a
+/// symbolic link, a device written in place.
 fn convert(c: ConvertArgs) -> Result<(), TraceCommandError> {
     let source = request_source(
         c.trace.as_deref(),
@@ -101,44 +89,12 @@ fn convert(c: ConvertArgs) -> Result<(), TraceCommandError> {
         c.workload.as_deref(),
         "",
     )?;
-    let partial = partial_path(&c.output);
-    // Keep the compression suffix meaningful: write_* compress when the name ends in .zst.
-    let temp = if c.output.extension().is_some_and(|e| e == "zst") {
-        partial.with_extension("partial.zst")
-    } else {
-        partial
-    };
-    let mut first_error: Option<SimError> = None;
-    let ids = source.open()?.map_while(|r| match r {
-        Ok(req) => Some(req.unit),
-        Err(e) => {
-            first_error = Some(e);
-            None
-        }
-    });
+    let ids = source.open()?.map(|r| r.map(|req| req.unit));
     let written = match c.to {
-        OutputFormat::OracleGeneral => write_oracle_general(&temp, ids),
-        OutputFormat::Text => write_text(&temp, ids),
+        OutputFormat::OracleGeneral => try_write_oracle_general(&c.output, ids),
+        OutputFormat::Text => try_write_text(&c.output, ids),
     };
-    let outcome =
-        match (written, first_error) {
-            (Ok(_), Some(e)) => Err(TraceCommandError::Input(e)),
-            (Err(e), _) => Err(TraceCommandError::Output(e)),
-            (Ok(n), None) => fs::rename(&temp, &c.output).map(|()| n).map_err(|source| {
-                TraceCommandError::Rename {
-                    path: c.output.clone(),
-                    source,
-                }
-            }),
-        };
-    match outcome {
-        Ok(n) => {
-            eprintln!("wrote {n} requests to {}", c.output.display());
-            Ok(())
-        }
-        Err(e) => {
-            let _ = fs::remove_file(&temp);
-            Err(e)
-        }
-    }
+    let n = written??;
+    eprintln!("wrote {n} requests to {}", c.output.display());
+    Ok(())
 }

@@ -221,3 +221,127 @@ fn an_interrupted_ksm_tune_restores_the_settings() {
     );
     assert_eq!(memvisor_dedup::KsmSettings::read().unwrap(), before);
 }
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Kills a process group this test started, and reaps its leader.
+struct GroupGuard(std::process::Child);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        // SAFETY: signals the process group of our own child, which leads it
+        // (`process_group(0)`) and has not been reaped.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_ksm_lock_in_tmp_held_by_nobody_does_not_block_ksm_tune() {
+    if !is_root() {
+        eprintln!("SKIPPED: --ksm-tune needs root");
+        return;
+    }
+    let _serial = KSM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    use std::os::unix::process::CommandExt;
+    // Where the lock used to be: any user could create or hold it.
+    let old = "/tmp/memvisor-ksm-settings.lock";
+    let planted_here = std::fs::symlink_metadata(old).is_err();
+    let holder = Command::new("flock")
+        .args(["-x", old, "sleep", "120"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let _holder = GroupGuard(holder);
+    let start = std::time::Instant::now();
+    while Command::new("flock")
+        .args(["-n", "-x", old, "true"])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "nobody's flock never took {old}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let a = PagesChild::spawn(&pages(&[1_000_031, 1_000_031])).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memvisor"))
+        .args(["dedup", "--ksm-tune", "--passes", "1", "--interval", "0.1"])
+        .arg(a.pid().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("memvisor dedup --ksm-tune waits on a lock held by nobody");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    // The lock lives in root's private control directory, as root's regular 0600 file.
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::fs::symlink_metadata("/run/memvisor").unwrap();
+    assert!(dir.is_dir() && dir.uid() == 0 && dir.mode() & 0o077 == 0);
+    let lock = std::fs::symlink_metadata("/run/memvisor/ksm-settings.lock").unwrap();
+    assert!(lock.is_file() && lock.uid() == 0 && lock.mode() & 0o077 == 0);
+    // nobody can neither open it nor create anything beside it.
+    let o = Command::new("flock")
+        .args(["-n", "-x", "/run/memvisor/ksm-settings.lock", "true"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "nobody could take the KSM lock");
+    if planted_here {
+        let _ = std::fs::remove_file(old);
+    }
+}
+
+#[test]
+fn a_busy_ksm_lock_fails_after_the_wait_naming_the_holder() {
+    if !is_root() {
+        eprintln!("SKIPPED: --ksm-tune needs root");
+        return;
+    }
+    let _serial = KSM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let held = memvisor_dedup::KsmSettingsGuard::acquire().unwrap();
+    let a = PagesChild::spawn(&pages(&[1_000_041])).unwrap();
+    let start = std::time::Instant::now();
+    let o = memvisor(
+        &[
+            "dedup".into(),
+            "--ksm-tune".into(),
+            "--ksm-lock-wait".into(),
+            "0.5".into(),
+            a.pid().to_string(),
+        ],
+        None,
+    );
+    let took = start.elapsed();
+    drop(held);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    let want = format!(
+        "/run/memvisor/ksm-settings.lock: KSM settings are locked by pid {}",
+        std::process::id()
+    );
+    assert!(e.contains(&want), "{e}");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}

@@ -149,3 +149,49 @@ fn help_exists_for_every_subcommand() {
         assert!(String::from_utf8_lossy(&o.stdout).contains("Usage"));
     }
 }
+
+#[test]
+fn unwritable_outputs_fail_before_the_simulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("r.csv");
+    for (arg, path) in [
+        ("--out", "/nonexistent/x.csv"),
+        ("--plot", "/nonexistent/x.svg"),
+    ] {
+        let start = std::time::Instant::now();
+        let o = memvisor(&[
+            "sim",
+            "--workload",
+            "zipf:n=200000:alpha=0.7:len=4000000",
+            "--policy",
+            "all",
+            "--sweep",
+            "-q",
+            if arg == "--out" { "--plot" } else { "--out" },
+            good.to_str().unwrap(),
+            arg,
+            path,
+        ]);
+        let took = start.elapsed();
+        assert!(!o.status.success(), "{arg} {path} accepted");
+        let e = stderr(&o);
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(
+            e.contains(&format!("{path}: cannot open its directory")),
+            "{e}"
+        );
+        // Nothing was simulated: no table, no other output, and no time spent.
+        assert!(
+            o.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert!(!good.exists());
+        assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "leftovers"
+    );
+}

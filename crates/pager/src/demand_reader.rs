@@ -154,19 +154,8 @@ mod tests {
     }
 
     fn tempfile_in_tmp() -> std::fs::File {
-        let path = std::env::temp_dir().join(format!(
-            "demand-reader-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f
+        // Unnamed (O_TMPFILE, or created exclusively and unlinked): nothing planted in /tmp is
+        // followed, even when the tests run as root.
+        tempfile::tempfile().unwrap()
     }
 }

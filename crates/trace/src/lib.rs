@@ -39,6 +39,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod byte_counter;
 mod csv;
 mod detmath;
 mod lackey;
@@ -57,9 +58,11 @@ mod unit_id;
 mod workload;
 mod zipf;
 
-pub use oracle_general::{write_oracle_general, ORACLE_GENERAL_RECORD_SIZE};
+pub use oracle_general::{
+    try_write_oracle_general, write_oracle_general, ORACLE_GENERAL_RECORD_SIZE,
+};
 pub use request::Request;
-pub use text::write_text;
+pub use text::{try_write_text, write_text};
 pub use trace_error::TraceError;
 pub use trace_format::TraceFormat;
 pub use trace_reader::{open_trace, TraceReader};

@@ -2,6 +2,7 @@
 //! [`write_oracle_general`].
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +15,19 @@ use crate::trace_error::TraceError;
 pub const ORACLE_GENERAL_RECORD_SIZE: usize = 24;
 
 const NEVER: i64 = -1;
+
+/// Bytes at the start of an input checked for text.
+const TEXT_SNIFF_BYTES: usize = 10 * ORACLE_GENERAL_RECORD_SIZE;
+
+/// Whether `head` (the start of the input) is text: no record of a real trace lacks a zero
+/// byte (the size field's high bytes, small times), while text has none, and is printable.
+fn looks_like_text(head: &[u8]) -> bool {
+    !head.is_empty()
+        && head
+            .iter()
+            .all(|&b| matches!(b, b'\t' | b'\n' | b'\r' | 0x20..=0x7e | 0x80..=0xff))
+        && head.iter().any(|&b| b.is_ascii_alphanumeric())
+}
 
 /// Streams the requests of an oracleGeneral trace.
 pub(crate) struct OracleGeneralReader {
@@ -29,6 +43,55 @@ impl OracleGeneralReader {
             file,
             record: 0,
         }
+    }
+
+    /// Refuses input that evidently is not oracleGeneral, before any record is returned: text
+    /// (no NUL byte and only printable characters where records' zero high bytes would be), or a
+    /// file (`plain_len`, uncompressed) that is not a whole number of records.
+    pub(crate) fn check_plausible(&mut self, plain_len: Option<u64>) -> Result<(), TraceError> {
+        let wrong = |offset, reason| TraceError::WrongFormat {
+            file: self.file.to_string(),
+            format: "libCacheSim oracleGeneral (24-byte binary records)",
+            offset,
+            reason,
+        };
+        let head = loop {
+            match self.input.fill_buf() {
+                Ok(b) => break b,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TraceError::Read {
+                        file: self.file.to_string(),
+                        position: "record 0 (byte offset 0)".into(),
+                        source,
+                    })
+                }
+            }
+        };
+        let head = &head[..head.len().min(TEXT_SNIFF_BYTES)];
+        if looks_like_text(head) {
+            let excerpt: String = String::from_utf8_lossy(&head[..head.len().min(24)]).into();
+            return Err(wrong(
+                0,
+                format!(
+                    "it looks like text ({excerpt:?}...); give its format with --format \
+                     (csv:column=N, text, lackey)"
+                ),
+            ));
+        }
+        if let Some(len) = plain_len {
+            let partial = len % ORACLE_GENERAL_RECORD_SIZE as u64;
+            if partial != 0 {
+                return Err(wrong(
+                    len - partial,
+                    format!(
+                        "its size, {len} bytes, is not a whole number of \
+                         {ORACLE_GENERAL_RECORD_SIZE}-byte records ({partial} bytes left over)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn offset(&self) -> u64 {
@@ -182,12 +245,31 @@ impl OracleGeneralReader {
 /// id, -1 for never; see [`TraceFormat::OracleGeneral`](crate::TraceFormat::OracleGeneral)),
 /// so libCacheSim reads the file as written. Computing next accesses needs the whole sequence: the ids are held in
 /// memory, 16 bytes per request plus a hash map over the distinct ids. A path ending in `.zst`
-/// is zstd-compressed.
+/// is zstd-compressed. The file is written whole or not at all, never through a symbolic link
+/// (see [`memvisor_safe_files::OutputFile`]).
 pub fn write_oracle_general(
     path: &Path,
     requests: impl IntoIterator<Item = u64>,
 ) -> Result<u64, TraceError> {
-    let ids: Vec<u64> = requests.into_iter().collect();
+    match try_write_oracle_general(path, requests.into_iter().map(Ok::<u64, Infallible>))? {
+        Ok(n) => Ok(n),
+        Err(never) => match never {},
+    }
+}
+
+/// [`write_oracle_general`] for requests that may fail: at the first `Err` it stops, leaves
+/// `path` as it was, and returns that error as `Ok(Err(e))`; errors of the output itself are
+/// the outer `Err`.
+pub fn try_write_oracle_general<E>(
+    path: &Path,
+    requests: impl IntoIterator<Item = Result<u64, E>>,
+) -> Result<Result<u64, E>, TraceError> {
+    // Created first, so an unwritable output fails before the input is read.
+    let mut out = Output::create(path)?;
+    let ids: Vec<u64> = match requests.into_iter().collect() {
+        Ok(ids) => ids,
+        Err(e) => return Ok(Err(e)),
+    };
     let mut next = vec![NEVER; ids.len()];
     let mut seen: HashMap<u64, usize> = HashMap::new();
     for (i, &id) in ids.iter().enumerate().rev() {
@@ -196,7 +278,6 @@ pub fn write_oracle_general(
         }
     }
     drop(seen);
-    let mut out = Output::create(path)?;
     let mut buf = Vec::with_capacity(ORACLE_GENERAL_RECORD_SIZE * 4096);
     for (i, (&id, &nxt)) in ids.iter().zip(&next).enumerate() {
         let time = u32::try_from(i).unwrap_or(u32::MAX);
@@ -211,7 +292,7 @@ pub fn write_oracle_general(
     }
     out.write_all(&buf)?;
     out.finish()?;
-    Ok(ids.len() as u64)
+    Ok(Ok(ids.len() as u64))
 }
 
 #[cfg(test)]
@@ -295,6 +376,26 @@ mod tests {
             );
         }
         assert!(read(Vec::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn text_is_refused_before_any_record() {
+        let csv = b"1,2\n3,4\n5,6\n7,8\n9,10\n11,12\n13,14\n".to_vec();
+        let mut r = OracleGeneralReader::new(Box::new(std::io::Cursor::new(csv)), "a.csv".into());
+        let e = r.check_plausible(None).unwrap_err().to_string();
+        assert!(
+            e.starts_with("a.csv: byte offset 0: not libCacheSim oracleGeneral (24-byte binary records): it looks like text"),
+            "{e}"
+        );
+        let good = [record(1, 1, 1, -1), record(2, 2, 1, -1)].concat();
+        let mut r = OracleGeneralReader::new(Box::new(std::io::Cursor::new(good)), "t.og".into());
+        r.check_plausible(Some(48)).unwrap();
+        let e = r.check_plausible(Some(50)).unwrap_err().to_string();
+        assert!(
+            e.contains("t.og: byte offset 48: not libCacheSim")
+                && e.contains("its size, 50 bytes, is not a whole number of 24-byte records"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! [`Output`]: a buffered output file for the trace writers, zstd-compressed when its name ends
-//! in `.zst`.
+//! in `.zst`, written whole or not at all through an [`OutputFile`].
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+
+use memvisor_safe_files::OutputFile;
 
 use crate::trace_error::TraceError;
 
@@ -17,18 +18,16 @@ pub(crate) struct Output {
 }
 
 enum Sink {
-    Plain(BufWriter<File>),
-    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+    Plain(BufWriter<OutputFile>),
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<OutputFile>>),
 }
 
 impl Output {
-    /// Creates (or truncates) `path`.
+    /// Starts writing `path`; nothing there changes until [`finish`](Self::finish), and
+    /// dropping the output unfinished leaves it as it was.
     pub(crate) fn create(path: &Path) -> Result<Self, TraceError> {
         let file = path.display().to_string();
-        let f = File::create(path).map_err(|source| TraceError::Create {
-            file: file.clone(),
-            source,
-        })?;
+        let f = OutputFile::create(path)?;
         let w = BufWriter::with_capacity(256 * 1024, f);
         let zst = path
             .extension()
@@ -62,16 +61,18 @@ impl Output {
         r.map_err(|e| self.error(e))
     }
 
-    /// Flushes everything (ending the zstd frame) and syncs nothing else.
+    /// Flushes everything (ending the zstd frame) and commits the file into place.
     pub(crate) fn finish(self) -> Result<(), TraceError> {
         let file = self.file;
         let err = |source| TraceError::Write {
             file: file.clone(),
             source,
         };
-        match self.sink {
-            Sink::Plain(mut w) => w.flush().map_err(err),
-            Sink::Zstd(enc) => enc.finish().and_then(|mut w| w.flush()).map_err(err),
-        }
+        let writer = match self.sink {
+            Sink::Plain(w) => w,
+            Sink::Zstd(enc) => enc.finish().map_err(err)?,
+        };
+        let output = writer.into_inner().map_err(|e| err(e.into_error()))?;
+        Ok(output.commit()?)
     }
 }

@@ -1,5 +1,6 @@
 //! Plain text traces (see [`crate::TraceFormat::Text`]) and [`write_text`].
 
+use std::convert::Infallible;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,12 +46,30 @@ impl TextReader {
 
 /// Writes `requests` to `path` as a text trace (one decimal id per line) and returns how many
 /// were written. Streams in constant memory. A path ending in `.zst` is zstd-compressed
-/// (readers detect that by its magic bytes).
+/// (readers detect that by its magic bytes). The file is written whole or not at all, never
+/// through a symbolic link (see [`memvisor_safe_files::OutputFile`]).
 pub fn write_text(path: &Path, requests: impl IntoIterator<Item = u64>) -> Result<u64, TraceError> {
+    match try_write_text(path, requests.into_iter().map(Ok::<u64, Infallible>))? {
+        Ok(n) => Ok(n),
+        Err(never) => match never {},
+    }
+}
+
+/// [`write_text`] for requests that may fail: at the first `Err` it stops, leaves `path` as it
+/// was, and returns that error as `Ok(Err(e))`; errors of the output itself are the outer
+/// `Err`.
+pub fn try_write_text<E>(
+    path: &Path,
+    requests: impl IntoIterator<Item = Result<u64, E>>,
+) -> Result<Result<u64, E>, TraceError> {
     let mut out = Output::create(path)?;
     let mut count = 0u64;
     let mut line = String::with_capacity(24);
     for unit in requests {
+        let unit = match unit {
+            Ok(unit) => unit,
+            Err(e) => return Ok(Err(e)),
+        };
         use std::fmt::Write as _;
         line.clear();
         let _ = writeln!(line, "{unit}");
@@ -58,7 +77,7 @@ pub fn write_text(path: &Path, requests: impl IntoIterator<Item = u64>) -> Resul
         count += 1;
     }
     out.finish()?;
-    Ok(count)
+    Ok(Ok(count))
 }
 
 #[cfg(test)]
@@ -114,7 +133,8 @@ mod tests {
         assert_eq!(read(&std::fs::read(&path).unwrap()).unwrap(), ids);
         let e = write_text(&dir.path().join("no/such/dir.txt"), ids).unwrap_err();
         assert!(
-            e.to_string().contains("no/such/dir.txt: cannot create"),
+            e.to_string()
+                .contains("no/such/dir.txt: cannot open its directory"),
             "{e}"
         );
     }

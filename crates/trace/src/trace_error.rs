@@ -68,14 +68,40 @@ pub enum TraceError {
         /// The size of a whole record.
         record_size: usize,
     },
-    /// The output file could not be created.
-    #[error("{file}: cannot create: {source}")]
-    Create {
+    /// A zstd-compressed input ends in the middle of a frame.
+    #[error(
+        "{file}: the zstd-compressed stream is truncated: it ends at compressed byte \
+         {compressed_bytes}{of_total}, after {requests} complete requests ({decompressed_bytes} \
+         bytes decompressed)"
+    )]
+    TruncatedCompressed {
         /// The file.
         file: String,
-        /// The operating system's error.
-        source: io::Error,
+        /// Compressed bytes read before the input ended.
+        compressed_bytes: u64,
+        /// ` of N` with the file's size, when known.
+        of_total: String,
+        /// Requests read whole before the truncation.
+        requests: u64,
+        /// Bytes the decompressor produced.
+        decompressed_bytes: u64,
     },
+    /// The input is evidently not in the format it is read as (text read as a binary format,
+    /// a size that is not a whole number of records).
+    #[error("{file}: byte offset {offset}: not {format}: {reason}")]
+    WrongFormat {
+        /// The file.
+        file: String,
+        /// The format it was read as.
+        format: &'static str,
+        /// Where the evidence is.
+        offset: u64,
+        /// What gives it away, and what to do.
+        reason: String,
+    },
+    /// The output file could not be created or moved into place (the message names it).
+    #[error(transparent)]
+    Output(#[from] memvisor_safe_files::SafeFileError),
     /// Writing a trace failed.
     #[error("{file}: write error: {source}")]
     Write {

@@ -1,10 +1,11 @@
 //! [`TraceReader`] and [`open_trace`]: a streaming iterator over the requests of a trace.
 
 use std::fs::File;
-use std::io::{Cursor, ErrorKind, Read};
+use std::io::{self, Cursor, ErrorKind, Read};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::byte_counter::{ByteCount, CountingReader};
 use crate::csv::CsvReader;
 use crate::lackey::LackeyReader;
 use crate::oracle_general::OracleGeneralReader;
@@ -16,15 +17,25 @@ use crate::trace_format::TraceFormat;
 /// The first bytes of every zstd frame.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// Opens the trace at `path` in `format`. Only opening the file can fail here; reading and
-/// parsing errors come from the iterator.
+/// Opens the trace at `path` in `format`. Only opening the file can fail here (a directory is
+/// refused); reading and parsing errors come from the iterator.
 pub fn open_trace(path: &Path, format: &TraceFormat) -> Result<TraceReader, TraceError> {
     let name = path.display().to_string();
-    let file = File::open(path).map_err(|source| TraceError::Open {
+    let open_error = |source| TraceError::Open {
         file: name.clone(),
         source,
-    })?;
-    Ok(TraceReader::from_reader(Box::new(file), &name, format))
+    };
+    let file = File::open(path).map_err(open_error)?;
+    let meta = file.metadata().map_err(open_error)?;
+    if meta.is_dir() {
+        return Err(open_error(io::Error::new(
+            ErrorKind::IsADirectory,
+            "is a directory, not a trace file",
+        )));
+    }
+    let mut reader = TraceReader::from_reader(Box::new(file), &name, format);
+    reader.input_len = meta.is_file().then_some(meta.len());
+    Ok(reader)
 }
 
 /// The requests of a trace, read lazily in constant memory (fixed buffers; plus, for
@@ -39,6 +50,10 @@ pub struct TraceReader {
     state: State,
     /// Requests returned so far.
     count: u64,
+    /// The input's size in bytes, when it is a regular file.
+    input_len: Option<u64>,
+    /// For zstd input: bytes read from the file and bytes decompressed so far.
+    zstd_progress: Option<(ByteCount, ByteCount)>,
 }
 
 enum State {
@@ -60,6 +75,8 @@ impl TraceReader {
             format: format.clone(),
             state: State::Start(input),
             count: 0,
+            input_len: None,
+            zstd_progress: None,
         }
     }
 
@@ -79,7 +96,7 @@ impl TraceReader {
     }
 
     /// Peeks at the first bytes for the zstd magic and builds the format's reader.
-    fn start(&self, mut input: Box<dyn Read + Send>) -> Result<State, TraceError> {
+    fn start(&mut self, mut input: Box<dyn Read + Send>) -> Result<State, TraceError> {
         let mut head = [0u8; 4];
         let mut len = 0;
         while len < head.len() {
@@ -97,17 +114,20 @@ impl TraceReader {
             }
         }
         let input: Box<dyn Read + Send> = Box::new(Cursor::new(head[..len].to_vec()).chain(input));
-        let input: Box<dyn Read + Send> = if head[..len] == ZSTD_MAGIC {
+        let compressed = head[..len] == ZSTD_MAGIC;
+        let input: Box<dyn Read + Send> = if compressed {
             // zstd's default window limit (2^27 bytes) applies, as in libCacheSim's reader: a
             // frame declaring a larger window (`zstd --long=28` and up) is an error rather
             // than an allocation of up to 2 GiB.
-            let decoder =
-                zstd::stream::read::Decoder::new(input).map_err(|source| TraceError::Read {
+            let (read, decoded) = (ByteCount::default(), ByteCount::default());
+            self.zstd_progress = Some((read.clone(), decoded.clone()));
+            let decoder = zstd::stream::read::Decoder::new(CountingReader::new(input, read))
+                .map_err(|source| TraceError::Read {
                     file: self.file.to_string(),
                     position: "start of file".into(),
                     source,
                 })?;
-            Box::new(decoder)
+            Box::new(CountingReader::new(decoder, decoded))
         } else {
             input
         };
@@ -132,12 +152,36 @@ impl TraceReader {
                 delimiter,
             )),
             TraceFormat::OracleGeneral => {
-                State::OracleGeneral(OracleGeneralReader::new(input, file))
+                let mut reader = OracleGeneralReader::new(input, file);
+                reader.check_plausible(self.input_len.filter(|_| !compressed))?;
+                State::OracleGeneral(reader)
             }
         })
     }
 
+    /// Says so when an error is a zstd stream ending mid-frame, with how far it got.
+    fn explain(&self, e: TraceError) -> TraceError {
+        match (&self.zstd_progress, e) {
+            (Some((read, decoded)), TraceError::Read { file, source, .. })
+                if source.kind() == ErrorKind::UnexpectedEof =>
+            {
+                TraceError::TruncatedCompressed {
+                    file,
+                    compressed_bytes: read.get(),
+                    of_total: self.input_len.map_or(String::new(), |n| format!(" of {n}")),
+                    requests: self.count,
+                    decompressed_bytes: decoded.get(),
+                }
+            }
+            (_, e) => e,
+        }
+    }
+
     fn step(&mut self) -> Result<Option<Request>, TraceError> {
+        self.step_unexplained().map_err(|e| self.explain(e))
+    }
+
+    fn step_unexplained(&mut self) -> Result<Option<Request>, TraceError> {
         if matches!(self.state, State::Start(_)) {
             let State::Start(input) = std::mem::replace(&mut self.state, State::Done) else {
                 unreachable!("checked above");
@@ -165,6 +209,7 @@ impl TraceReader {
             let before = out.len();
             let result = r.next_batch(out, max);
             self.count += (out.len() - before) as u64;
+            let result = result.map_err(|e| self.explain(e));
             if !matches!(result, Ok(true)) {
                 self.state = State::Done;
             }

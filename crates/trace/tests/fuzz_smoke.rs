@@ -136,6 +136,13 @@ fn check_error(e: &TraceError, name: &str) {
         TraceError::Read { .. } => {
             assert!(msg.contains("line ") || msg.contains("record ") || msg.contains("start"))
         }
+        TraceError::TruncatedCompressed { .. } => {
+            assert!(
+                msg.contains("truncated") && msg.contains("compressed byte"),
+                "{msg}"
+            )
+        }
+        TraceError::WrongFormat { .. } => assert!(msg.contains(": byte offset "), "{msg}"),
         other => panic!("unexpected error kind from a reader: {other:?}"),
     }
 }

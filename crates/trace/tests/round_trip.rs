@@ -119,8 +119,12 @@ fn corrupt_zstd_is_an_error_naming_the_position() {
     );
     let err = r.find_map(|x| x.err()).expect("an error");
     let msg = err.to_string();
-    assert!(msg.starts_with("cut.txt.zst: line "), "{msg}");
-    assert!(matches!(err, TraceError::Read { .. }));
+    let at = format!(
+        "cut.txt.zst: the zstd-compressed stream is truncated: it ends at compressed byte {}, after ",
+        n - 3
+    );
+    assert!(msg.starts_with(&at), "{msg}");
+    assert!(matches!(err, TraceError::TruncatedCompressed { .. }));
     assert!(r.next().is_none(), "fused after an error");
 
     let mut garbage = vec![0x28, 0xb5, 0x2f, 0xfd];
@@ -191,7 +195,11 @@ fn errors_stop_the_iterator_and_name_the_file() {
     assert!(e.contains("missing.txt: cannot open"), "{e}");
 
     let e = write_oracle_general(&dir.path().join("nope/x.oracleGeneral"), [1]).unwrap_err();
-    assert!(e.to_string().contains("cannot create"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("nope/x.oracleGeneral: cannot open its directory"),
+        "{e}"
+    );
 }
 
 #[test]

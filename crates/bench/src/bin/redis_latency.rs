@@ -12,6 +12,7 @@ use memvisor_bench::byte_size::parse_bytes;
 use memvisor_bench::hot_scan_stress::StressSettings;
 use memvisor_bench::redis_experiment::{run_redis_experiment, ExperimentSettings};
 use memvisor_bench::redis_report::{redis_markdown, redis_svg};
+use memvisor_bench::results_file::{create_results_dir, write_results_file};
 use memvisor_bench::BenchError;
 
 #[derive(Parser)]
@@ -195,8 +196,8 @@ fn settings(cli: &Cli) -> Result<ExperimentSettings, BenchError> {
 
 fn run(cli: &Cli) -> Result<(), BenchError> {
     let e = settings(cli)?;
-    std::fs::create_dir_all(&e.work_dir)
-        .map_err(|err| BenchError::io("create", &e.work_dir, err))?;
+    create_results_dir(&cli.out)?;
+    create_results_dir(&e.work_dir)?;
     let report = run_redis_experiment(&e, &mut std::io::stderr())?;
     let md = redis_markdown(&report);
     let subtitle = format!(
@@ -211,9 +212,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
         .svg
         .clone()
         .unwrap_or_else(|| cli.out.join("redis-latency.svg"));
-    let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|err| BenchError::io("write", path, err))
-    };
+    let write = |path: &Path, text: &str| write_results_file(path, text);
     write(&svg_path, &redis_svg(&report, &subtitle))?;
     write(&cli.out.join("report.md"), &md)?;
     let json = serde_json::to_string_pretty(&report).unwrap_or_default();
