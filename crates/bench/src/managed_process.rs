@@ -67,8 +67,14 @@ impl ManagedProcess {
         pipe: bool,
         timeout: Duration,
     ) -> Result<Self, BenchError> {
-        std::fs::create_dir_all(&settings.control_dir)
-            .map_err(|e| BenchError::io("create control directory", &settings.control_dir, e))?;
+        // Private (0700), as `memvisor run` requires of a control directory.
+        memvisor_control::socket_dir::prepare_control_dir(&settings.control_dir).map_err(|e| {
+            BenchError::io(
+                "create control directory",
+                &settings.control_dir,
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
         let mut cmd = settings.command(program);
         let line = format!("{cmd:?}");
         if pipe {

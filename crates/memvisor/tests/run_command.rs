@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 
@@ -25,9 +25,10 @@ fn workload_pages_beyond_budget_and_is_controllable() {
     let ctl = t.path().join("ctl");
     let swap = t.path().join("swap");
     std::fs::create_dir(&swap).unwrap();
-    let mut child = memvisor(&ctl)
-        .args([
-            "run",
+    let mut child = start_managed_workload(
+        &ctl,
+        &prog,
+        &[
             "--budget",
             "16M",
             "--min-region",
@@ -39,32 +40,14 @@ fn workload_pages_beyond_budget_and_is_controllable() {
             // Busy-polling fault handlers (off by default) serve the same workload.
             "--busy-poll",
             "50us",
-            "--swap-dir",
-        ])
-        .arg(&swap)
-        .arg("--")
-        .arg(&prog)
-        .args(["work", "64", "7", "hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        &swap,
+        64,
+        7,
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut lines = Vec::new();
-    let pid = loop {
-        let mut l = String::new();
-        assert!(
-            out.read_line(&mut l).unwrap() > 0,
-            "program ended early: {lines:?}"
-        );
-        assert!(!l.starts_with("FAIL"), "{l}");
-        if let Some(p) = l.strip_prefix("READY ") {
-            break p.trim().to_string();
-        }
-        lines.push(l.trim().to_string());
-    };
+    let (pid, lines) = wait_ready(&mut out);
     // The mapping is a memvisor memfd; a forked child touching it dies of SIGSEGV (the memory
     // is MADV_DONTFORK); the child's own large mappings and an exec'd child are unmanaged.
     assert_eq!(
@@ -195,33 +178,16 @@ fn stopped_programs_are_reported_at_once() {
     let ctl = t.path().join("ctl");
     let swap = t.path().join("swap");
     std::fs::create_dir(&swap).unwrap();
-    let mut child = memvisor(&ctl)
-        .args([
-            "run",
-            "--budget",
-            "16M",
-            "--min-region",
-            "1M",
-            "--arena",
-            "1G",
-        ])
-        .arg("--swap-dir")
-        .arg(&swap)
-        .arg("--")
-        .arg(&prog)
-        .args(["work", "32", "0", "hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_managed_workload(
+        &ctl,
+        &prog,
+        &["--budget", "16M", "--min-region", "1M", "--arena", "1G"],
+        &swap,
+        32,
+        0,
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let pid = loop {
-        let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "program ended early");
-        if let Some(p) = l.strip_prefix("READY ") {
-            break p.trim().to_string();
-        }
-    };
+    let (pid, _) = wait_ready(&mut out);
     let signal = |sig: &str| {
         assert!(Command::new("kill")
             .args([sig, &pid])

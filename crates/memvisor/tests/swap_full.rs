@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -101,33 +101,9 @@ fn wait_for_state(pid: u32, want: Option<char>, within: Duration) -> bool {
 /// Starts `managed_workload work MIB 7 hold` under a 16M budget with its swap in `swap` (the
 /// default arena: sparse, so a small swap filesystem is only warned about).
 fn start_workload(ctl: &Path, prog: &Path, swap: &Path, mib: u32, extra: &[&str]) -> Child {
-    memvisor(ctl)
-        .args(["run", "--budget", "16M", "--min-region", "1M"])
-        .args(["--swap-dir"])
-        .arg(swap)
-        .args(extra)
-        .arg("--")
-        .arg(prog)
-        .args(["work", &mib.to_string(), "7", "hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Reads the program's stdout up to `READY PID`; panics on `FAIL` or an early end.
-fn wait_ready(out: &mut impl BufRead) -> String {
-    let mut seen = Vec::new();
-    loop {
-        let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "ended early: {seen:?}");
-        assert!(!l.starts_with("FAIL"), "{l}");
-        if let Some(p) = l.strip_prefix("READY ") {
-            return p.trim().to_string();
-        }
-        seen.push(l);
-    }
+    let mut args = vec!["--budget", "16M", "--min-region", "1M"];
+    args.extend_from_slice(extra);
+    start_managed_workload(ctl, prog, &args, swap, mib, 7)
 }
 
 /// Closes the program's stdin (it verifies its memory again and exits with 7) and returns its
@@ -203,7 +179,7 @@ fn a_full_swap_dir_overruns_the_budget_and_says_so_once() {
     let mut child = start_workload(&ctl, &prog, &fs.0, 128, &[]);
     watchdog(program_pid(&child), Duration::from_secs(180));
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let pid = wait_ready(&mut out);
+    let (pid, _) = wait_ready(&mut out);
     let s = stat_json(&ctl, &pid);
     let r = &s.regions[0];
     assert!(r.swap_full_episodes >= 1, "{r:?}");

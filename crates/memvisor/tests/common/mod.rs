@@ -195,3 +195,45 @@ impl Drop for RunGuard {
         let _ = child.wait();
     }
 }
+
+/// Starts the C test program `prog` (`tests/c/managed_workload.c`) as
+/// `work MIB EXIT_CODE hold` under `memvisor run RUN_ARGS --swap-dir SWAP`, stdin, stdout and
+/// stderr piped.
+pub fn start_managed_workload(
+    ctl: &Path,
+    prog: &Path,
+    run_args: &[&str],
+    swap: &Path,
+    mib: u32,
+    exit_code: i32,
+) -> Child {
+    use std::process::Stdio;
+    memvisor(ctl)
+        .arg("run")
+        .args(run_args)
+        .arg("--swap-dir")
+        .arg(swap)
+        .arg("--")
+        .arg(prog)
+        .args(["work", &mib.to_string(), &exit_code.to_string(), "hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads the managed workload's stdout up to its `READY PID` line and returns the pid and the
+/// lines before it; panics on a `FAIL` line or an early end.
+pub fn wait_ready(out: &mut impl std::io::BufRead) -> (String, Vec<String>) {
+    let mut seen = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "ended early: {seen:?}");
+        assert!(!l.starts_with("FAIL"), "{l}");
+        if let Some(p) = l.strip_prefix("READY ") {
+            return (p.trim().to_string(), seen);
+        }
+        seen.push(l.trim().to_string());
+    }
+}
