@@ -95,7 +95,10 @@ pub fn render_frame(
         ]);
     }
     for pid in stopped {
-        let mut row = vec![pid.to_string(), "-".into(), "(stopped)".into()];
+        let program = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|_| "-".into());
+        let mut row = vec![pid.to_string(), program, "(stopped)".into()];
         row.resize(10, "-".into());
         rows.push(row);
     }
