@@ -585,9 +585,23 @@ static int cmd_make_disk_image(int argc, char **argv) {
         error_line("make-disk-image: usage: make-disk-image FILE MIB (MIB in 1..4194304)");
         return 2;
     }
-    int fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* The image may go to a shared directory and this may run as root: never through a
+     * symlink (O_NOFOLLOW), and truncate only a regular file of ours with one link (not a
+     * hard link someone planted to a file of root's). */
+    int fd = open(argv[1], O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         error_line("make-disk-image: cannot create %s: %s", argv[1], strerror(errno));
+        return 2;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+        error_line("make-disk-image: refusing %s: not a regular file of this user with one link", argv[1]);
+        close(fd);
+        return 2;
+    }
+    if (ftruncate(fd, 0) != 0) {
+        error_line("make-disk-image: cannot truncate %s: %s", argv[1], strerror(errno));
+        close(fd);
         return 2;
     }
     enum { CHUNK_UNITS = 256 };

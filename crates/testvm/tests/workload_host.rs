@@ -96,3 +96,34 @@ fn make_disk_image_errors_name_the_file() {
         other => panic!("expected DiskImage, got {other:?}"),
     }
 }
+
+/// A disk image path that is a planted symlink or hard link is refused, and its target is
+/// left intact (the image tool runs as root from the benches, possibly in a shared directory).
+#[test]
+fn make_disk_image_never_writes_through_planted_links() {
+    let Some(image) = GuestImage::for_test("make_disk_image_never_writes_through_planted_links")
+    else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let victim = t.path().join("victim");
+    std::fs::write(&victim, b"DATA").unwrap();
+    let sym = t.path().join("sym.img");
+    std::os::unix::fs::symlink(&victim, &sym).unwrap();
+    let hard = t.path().join("hard.img");
+    std::fs::hard_link(&victim, &hard).unwrap();
+    for planted in [&sym, &hard] {
+        match image.make_disk_image(planted, 1) {
+            Err(TestVmError::DiskImage { output, .. }) => {
+                assert!(output.contains("make-disk-image"), "{output}")
+            }
+            other => panic!("{planted:?}: expected DiskImage, got {other:?}"),
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"DATA");
+    }
+    // A fresh path, and the same path again (rewritten in place), still work.
+    let fresh = t.path().join("fresh.img");
+    image.make_disk_image(&fresh, 1).unwrap();
+    image.make_disk_image(&fresh, 1).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().len(), 1 << 20);
+}
