@@ -55,6 +55,7 @@ mod thread_pool_writer;
 mod thread_start_hook;
 mod uring_writer;
 pub mod userfaultfd;
+mod write_job;
 
 pub use fault_injector::FaultInjector;
 pub use memfd::{page_size, Mapping, Memfd};

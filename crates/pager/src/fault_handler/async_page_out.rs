@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{ChunkState, FaultHandler, Fill};
-use crate::page_out_engine::{WriteDone, WriteJob};
 use crate::pager_error::PagerError;
 use crate::region_stats::add;
 use crate::swap_file::is_zero;
 use crate::swap_full::{is_out_of_space, SwapFigures};
+use crate::write_job::{WriteDone, WriteJob};
 
 impl FaultHandler {
     /// Starts writing dirty chunk `v` (entries already dropped, written state harvested).

@@ -28,7 +28,7 @@ use crate::demand_reader::DemandReader;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
-use crate::page_out_engine::{PageOutEngine, WriteDone};
+use crate::page_out_engine::PageOutEngine;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
@@ -38,6 +38,7 @@ use crate::region_stats::{add, sub, StatsCounters};
 use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
 use crate::swap_full::SwapFullEpisodes;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
+use crate::write_job::WriteDone;
 
 mod async_page_out;
 mod commands;
