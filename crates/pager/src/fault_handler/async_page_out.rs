@@ -27,7 +27,7 @@ impl FaultHandler {
                 return Err(());
             }
             add(&self.stats().zero_page_outs, 1);
-            self.dirty[v] = false;
+            self.chunks.set_written(v, false);
             return self.drop_chunk(v, start, len);
         }
         let target = match self.swap.prepare_write(v, data) {
@@ -48,8 +48,7 @@ impl FaultHandler {
             len,
             target,
         });
-        self.states[v] = ChunkState::Writing;
-        self.writing += 1;
+        self.chunks.start_writing(v);
         Ok(())
     }
 
@@ -92,7 +91,7 @@ impl FaultHandler {
         if let Some(engine) = self.engine.as_mut() {
             loop {
                 engine.take_done(&mut done);
-                if !done.is_empty() || !block || self.writing == 0 {
+                if !done.is_empty() || !block || self.chunks.writing() == 0 {
                     break;
                 }
                 // A bounded wait: `take_done` also retries submissions the kernel refused.
@@ -109,13 +108,10 @@ impl FaultHandler {
     /// meanwhile or the write failed (then as overrun, retried later).
     fn finish_write(&mut self, d: WriteDone) {
         let v = d.chunk;
-        if self.states.get(v) != Some(&ChunkState::Writing) {
+        let Some(rescue) = self.chunks.finish_writing(v) else {
             return;
-        }
-        self.writing -= 1;
-        self.states[v] = ChunkState::In;
+        };
         let (start, len) = self.chunk_range(v);
-        let rescue = std::mem::take(&mut self.rescue[v]);
         match d.result {
             Ok(crc) => {
                 self.swap.record_written(v, crc);
@@ -124,7 +120,7 @@ impl FaultHandler {
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
                 // Swap now holds exactly the memory's content.
-                self.dirty[v] = false;
+                self.chunks.set_written(v, false);
                 if rescue {
                     add(&self.stats().rescued_chunks, 1);
                     self.remap(start, len);
@@ -163,7 +159,7 @@ impl FaultHandler {
     }
 
     fn push_overrun(&mut self, v: usize) {
-        self.overrun.push(v);
+        self.chunks.push_overrun(v);
         add(&self.stats().overrun_chunks, 1);
     }
 
@@ -173,14 +169,14 @@ impl FaultHandler {
             Some(e) => e.depth(),
             None => return,
         };
-        while self.writing >= depth {
+        while self.chunks.writing() >= depth {
             self.reap_writes(true);
         }
     }
 
     /// Waits until chunk `c` is not being written.
     pub(super) fn wait_for_write(&mut self, c: usize) {
-        while self.states.get(c) == Some(&ChunkState::Writing) {
+        while self.chunks.is(c, ChunkState::Writing) {
             self.reap_writes(true);
         }
     }
@@ -201,7 +197,7 @@ impl FaultHandler {
         // A quarter of the budget at most: headroom is memory the policy does not use.
         let cap = self.policy.capacity();
         let target = cap - self.headroom.min(cap / 4);
-        while self.policy.len() + incoming > target && self.writing < depth {
+        while self.policy.len() + incoming > target && self.chunks.writing() < depth {
             match self.policy.evict() {
                 Some(v) => self.evict_or_overrun(v as usize),
                 None => break,

@@ -36,7 +36,7 @@ impl FaultHandler {
     /// policy in the order the old one would have evicted them (least valuable first), so the
     /// new policy starts with the same ranking; any that no longer fit are paged out now.
     fn rebuild_policy(&mut self, spec: PolicySpec, capacity: usize) -> Result<(), PagerError> {
-        let capacity = capacity.clamp(1, self.states.len());
+        let capacity = capacity.clamp(1, self.chunks.len());
         let mut new = spec
             .build(capacity, None)
             .map_err(|source| PagerError::Policy {
@@ -63,7 +63,7 @@ impl FaultHandler {
             self.evict_or_overrun(v);
         }
         // The excess is out of memory when the caller hears back.
-        while self.writing > 0 {
+        while self.chunks.writing() > 0 {
             self.reap_writes(true);
         }
         Ok(())
@@ -97,7 +97,10 @@ impl FaultHandler {
                 self.memory_error("punch discarded swap copy", start, len, e);
             }
         }
-        match self.states[c] {
+        let Some(state) = self.chunks.state(c) else {
+            return;
+        };
+        match state {
             ChunkState::In => {
                 // Punching the memfd also drops every mapping's entries for these pages, so the
                 // next access is a missing fault and reads zeros.
@@ -107,14 +110,10 @@ impl FaultHandler {
                     self.zero_in_memory(c, start, len);
                     return;
                 }
-                if !self.policy.remove(c as u64) {
-                    if let Some(i) = self.overrun.iter().position(|&o| o == c) {
-                        self.overrun.swap_remove(i);
-                        sub(&self.stats().overrun_chunks, 1);
-                    }
+                if !self.policy.remove(c as u64) && self.chunks.remove_overrun(c) {
+                    sub(&self.stats().overrun_chunks, 1);
                 }
-                self.states[c] = ChunkState::Out;
-                self.dirty[c] = false;
+                self.chunks.set_out(c);
                 sub(&self.stats().resident_chunks, 1);
             }
             ChunkState::Out => {
@@ -132,7 +131,7 @@ impl FaultHandler {
                     self.memory_error("MADV_DONTNEED (reset poisoned chunk)", start, len, e);
                     return;
                 }
-                self.states[c] = ChunkState::Out;
+                self.chunks.reset_poisoned(c);
                 sub(&self.stats().poisoned_chunks, 1);
             }
         }
@@ -142,7 +141,10 @@ impl FaultHandler {
     /// Zeroes `[at, at + len)` of chunk `c` (offsets within the chunk).
     fn discard_part(&mut self, c: usize, at: usize, len: usize) {
         let start = c * self.chunk_size;
-        match self.states[c] {
+        let Some(state) = self.chunks.state(c) else {
+            return;
+        };
+        match state {
             ChunkState::In => self.zero_in_memory(c, start + at, len),
             // Zeroed between the read and the mapping: the page-in may evict the chunk again
             // at once (headroom), so zeroing it afterwards could miss.
@@ -160,7 +162,7 @@ impl FaultHandler {
         // program may race with its own discard, as with madvise, but no Rust reference to
         // these bytes exists.
         unsafe { std::ptr::write_bytes(self.alias.as_ptr().add(start), 0, len) };
-        self.dirty[c] = true;
+        self.chunks.set_written(c, true);
         if self.swap.is_stored(c) {
             let (cstart, clen) = self.chunk_range(c);
             match self.swap.punch(c) {

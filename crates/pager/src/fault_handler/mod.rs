@@ -41,7 +41,11 @@ use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfault
 use crate::write_job::WriteDone;
 
 mod async_page_out;
+mod chunk_table;
 mod commands;
+mod page_bitmap;
+
+use chunk_table::{ChunkState, ChunkTable};
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
 const MAX_ERRORS: usize = 256;
@@ -87,19 +91,6 @@ impl HandlerShared {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    /// Not in memory: in swap if the swap file stores it, else zero.
-    Out,
-    /// In memory.
-    In,
-    /// Page-in failed; poisoned.
-    Poisoned,
-    /// In memory, its page-table entries dropped, being written to swap asynchronously; punched
-    /// out of memory once the write completes (or kept, if a fault asked for it meanwhile).
-    Writing,
-}
-
 /// The fault-serving state of one region; [`run`](Self::run) is the thread body.
 pub(crate) struct FaultHandler {
     pub shared: Arc<HandlerShared>,
@@ -124,20 +115,12 @@ pub(crate) struct FaultHandler {
     /// Dirty tracking: pages are mapped write-protected (`WP_ASYNC`) and `PAGEMAP_SCAN` tells
     /// which were written; `None` without tracking (every eviction writes).
     pub pagemap: Option<Pagemap>,
-    /// Sticky per-chunk dirty bits, harvested from the page tables before they are rebuilt.
-    dirty: Vec<bool>,
-    states: Vec<ChunkState>,
-    /// Resident chunks the policy no longer tracks because their page-out failed.
-    overrun: Vec<usize>,
+    /// Per-chunk state, residency and written bits, overrun chunks.
+    chunks: ChunkTable,
     /// Asynchronous writer of victims; `None` for synchronous page-out.
     pub engine: Option<PageOutEngine>,
     /// Chunks kept free ahead of demand with asynchronous page-out.
     pub headroom: usize,
-    /// Chunks in [`ChunkState::Writing`].
-    writing: usize,
-    /// Per chunk: a fault arrived while it was being written; keep it in memory when the write
-    /// completes.
-    rescue: Vec<bool>,
     /// Reused buffer of finished writes.
     done_buf: Vec<WriteDone>,
     /// Sequential readahead of the next chunk (`ResolveMode::Copy` only); `None` if off.
@@ -191,13 +174,9 @@ impl FaultHandler {
             bounce,
             sample_interval: None,
             pagemap: None,
-            dirty: vec![false; chunks],
-            states: vec![ChunkState::Out; chunks],
-            overrun: Vec::new(),
+            chunks: ChunkTable::new(chunks, chunk_size / page_size()),
             engine: None,
             headroom: 0,
-            writing: 0,
-            rescue: vec![false; chunks],
             done_buf: Vec::new(),
             prefetcher: None,
             last_page_in: None,
@@ -282,7 +261,7 @@ impl FaultHandler {
             }
             if fds[1].revents != 0 {
                 // Every write in flight reads the alias mapping: finish them before leaving.
-                while self.writing > 0 {
+                while self.chunks.writing() > 0 {
                     self.reap_writes(true);
                 }
                 return;
@@ -344,8 +323,8 @@ impl FaultHandler {
         // written: they have no entries in the registered mapping, so dropping is a no-op
         // there. It ends at overrun chunks (resident, not the policy's) and poisoned ones.
         let mut run: Option<usize> = None;
-        for c in 0..=self.states.len() {
-            let in_run = self.states.get(c).is_some_and(|st| match st {
+        for c in 0..=self.chunks.len() {
+            let in_run = self.chunks.state(c).is_some_and(|st| match st {
                 ChunkState::In => self.policy.contains(c as u64),
                 ChunkState::Out | ChunkState::Writing => true,
                 ChunkState::Poisoned => false,
@@ -368,32 +347,13 @@ impl FaultHandler {
         add(&self.stats().sample_nanos, nanos(t));
     }
 
-    /// Debug builds: every resident chunk is tracked exactly once (by the policy or as
-    /// overrun), and nothing else is.
-    #[cfg(debug_assertions)]
+    /// Debug builds: the chunk table's invariants against the policy (see
+    /// [`ChunkTable::check_invariants`]).
     fn check_invariants(&self, at: &str) {
-        for (c, st) in self.states.iter().enumerate() {
-            let in_policy = self.policy.contains(c as u64);
-            let over = self.overrun.iter().filter(|&&o| o == c).count();
-            let ok = match st {
-                ChunkState::In => usize::from(in_policy) + over == 1,
-                _ => !in_policy && over == 0,
-            };
-            debug_assert!(
-                ok,
-                "{at}: chunk {c} {st:?} in policy {in_policy} overrun {over}"
-            );
-        }
-        let writing = self
-            .states
-            .iter()
-            .filter(|s| **s == ChunkState::Writing)
-            .count();
-        debug_assert_eq!(writing, self.writing, "{at}: writing count");
+        let policy = &self.policy;
+        self.chunks
+            .check_invariants(at, |c| policy.contains(c as u64));
     }
-
-    #[cfg(not(debug_assertions))]
-    fn check_invariants(&self, _at: &str) {}
 
     fn uffd_raw(&self) -> i32 {
         use std::os::fd::AsFd;
@@ -431,7 +391,11 @@ impl FaultHandler {
             return;
         };
         let c = offset / self.chunk_size;
-        match self.states[c] {
+        let Some(state) = self.chunks.state(c) else {
+            let _ = self.uffd.wake(page_addr, self.page);
+            return;
+        };
+        match state {
             ChunkState::In => {
                 add(&self.stats().resident_faults, 1);
                 if ev.kind == FaultKind::Minor {
@@ -450,7 +414,7 @@ impl FaultHandler {
                             return;
                         }
                     }
-                    if self.dirty[c] && self.swap.is_stored(c) {
+                    if self.chunks.is_written(c) && self.swap.is_stored(c) {
                         // The swap copy is stale for good: give its blocks back now.
                         match self.swap.punch(c) {
                             Ok(()) => add(&self.stats().stale_punches, 1),
@@ -473,7 +437,7 @@ impl FaultHandler {
                 // Served when the write completes: the chunk stays in memory then.
                 add(&self.stats().resident_faults, 1);
                 add(&self.stats().faults_during_write, 1);
-                self.rescue[c] = true;
+                self.chunks.request_rescue(c);
             }
             ChunkState::Out => {
                 let t = Instant::now();
@@ -491,9 +455,9 @@ impl FaultHandler {
         self.reap_writes(false);
         // Take the chunk off the list first: page_out may complete other writes, which can put
         // chunks on the list.
-        if let Some(o) = self.overrun.pop() {
+        if let Some(o) = self.chunks.pop_overrun() {
             if self.page_out(o).is_err() {
-                self.overrun.push(o);
+                self.chunks.push_overrun(o);
             } else {
                 sub(&self.stats().overrun_chunks, 1);
             }
@@ -505,8 +469,9 @@ impl FaultHandler {
         }
         // Chunks being written still occupy memory: stay within the budget.
         let mut waited = false;
-        while self.writing > 0
-            && self.policy.len() + self.overrun.len() + self.writing >= self.policy.capacity()
+        while self.chunks.writing() > 0
+            && self.policy.len() + self.chunks.overrun_len() + self.chunks.writing()
+                >= self.policy.capacity()
         {
             waited = true;
             self.reap_writes(true);
@@ -517,7 +482,7 @@ impl FaultHandler {
     }
 
     fn evict_or_overrun(&mut self, v: usize) {
-        if self.states.get(v) != Some(&ChunkState::In) {
+        if !self.chunks.is(v, ChunkState::In) {
             // The policy named a chunk that is not in memory: nothing to write or free.
             self.memory_error(
                 "evict",
@@ -528,7 +493,7 @@ impl FaultHandler {
             return;
         }
         if self.page_out(v).is_err() {
-            self.overrun.push(v);
+            self.chunks.push_overrun(v);
             add(&self.stats().overrun_chunks, 1);
         }
     }
@@ -550,7 +515,7 @@ impl FaultHandler {
         // it. Nobody else writes these pages now: the registered mapping's entries were just
         // dropped, so program accesses fault and wait for this (the only handler) thread.
         let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
-        if !self.dirty[v] && self.is_clean(v, data) {
+        if !self.chunks.is_written(v) && self.is_clean(v, data) {
             return self.drop_chunk(v, start, len);
         }
         if self.engine.is_some() {
@@ -573,7 +538,7 @@ impl FaultHandler {
             }
         }
         // Swap now holds exactly the memory's content.
-        self.dirty[v] = false;
+        self.chunks.set_written(v, false);
         self.drop_chunk(v, start, len)
     }
 
@@ -614,7 +579,9 @@ impl FaultHandler {
                 }
             },
         };
-        self.dirty[c] |= written;
+        if written {
+            self.chunks.set_written(c, true);
+        }
     }
 
     /// Punches chunk `v` (saved or clean) out of the memfd and marks it out.
@@ -624,8 +591,7 @@ impl FaultHandler {
             self.memory_error("punch memfd", start, len, e);
             return Err(());
         }
-        self.states[v] = ChunkState::Out;
-        self.dirty[v] = false;
+        self.chunks.set_out(v);
         sub(&self.stats().resident_chunks, 1);
         if self.swap.is_stored(v) {
             add(&self.stats().swapped_chunks, 1);
@@ -666,9 +632,8 @@ impl FaultHandler {
                 } else {
                     add(&self.stats().zero_fills, 1);
                 }
-                self.states[c] = ChunkState::In;
                 // Zeroed on the way in: the memory no longer matches the swap copy.
-                self.dirty[c] = zero.is_some();
+                self.chunks.set_in(c, zero.is_some());
                 if zero.is_some() && stored {
                     if let Err(e) = self.swap.punch(c) {
                         self.memory_error("punch stale swap copy", start, len, e);
@@ -684,7 +649,7 @@ impl FaultHandler {
                     // from the thread that is about to use it.
                     let d = declined as usize;
                     if d == c {
-                        self.overrun.push(d);
+                        self.chunks.push_overrun(d);
                         add(&self.stats().overrun_chunks, 1);
                     } else {
                         self.evict_or_overrun(d);
@@ -701,7 +666,7 @@ impl FaultHandler {
                 if stored {
                     sub(&self.stats().swapped_chunks, 1);
                 }
-                self.states[c] = ChunkState::Poisoned;
+                self.chunks.set_poisoned(c);
                 add(&self.stats().poisoned_chunks, 1);
                 self.poison(start, len);
             }
@@ -871,10 +836,7 @@ impl FaultHandler {
     /// reading `c + 1` ahead (if it is out and stored).
     fn read_ahead(&mut self, c: usize) {
         let next = c + 1;
-        if c == 0
-            || self.last_page_in != Some(c - 1)
-            || self.states.get(next) != Some(&ChunkState::Out)
-        {
+        if c == 0 || self.last_page_in != Some(c - 1) || !self.chunks.is(next, ChunkState::Out) {
             return;
         }
         let Some((file, offset, crc)) = self.swap.read_source(next) else {
@@ -957,7 +919,7 @@ impl FaultHandler {
             self.memory_error("punch memfd", start, len, e);
         }
         sub(&self.stats().swapped_chunks, 1);
-        self.states[c] = ChunkState::Poisoned;
+        self.chunks.set_poisoned(c);
         add(&self.stats().poisoned_chunks, 1);
         self.poison(start, len);
     }
