@@ -51,6 +51,7 @@ mod region_config;
 mod region_stats;
 mod swap_file;
 mod swap_full;
+mod swap_io;
 mod thread_pool_writer;
 mod thread_start_hook;
 mod uring_writer;

@@ -24,6 +24,7 @@ use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
 use crate::swap_file::SwapFile;
 use crate::swap_full::SwapFullEpisodes;
+use crate::swap_io::SwapIo;
 use crate::thread_pool_writer::ThreadPoolWriter;
 use crate::thread_start_hook::run_thread_start_hook;
 use crate::uring_writer::UringWriter;
@@ -198,22 +199,7 @@ impl Region {
             started: Condvar::new(),
         });
         shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
-        let mut handler = FaultHandler::new(
-            shared.clone(),
-            uffd,
-            memfd,
-            mapping.addr(),
-            len,
-            cs,
-            alias,
-            swap,
-            policy,
-            config.policy.clone(),
-            config.resolve,
-            bounce,
-        );
-        handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
-        handler.engine = match config.page_out.resolve(cs) {
+        let engine = match config.page_out.resolve(cs) {
             PageOut::Sync | PageOut::Auto => None,
             PageOut::Threads(n) => Some(PageOutEngine::Threads(
                 ThreadPoolWriter::new(&seq.to_string(), n).map_err(|source| {
@@ -227,22 +213,43 @@ impl Region {
                 UringWriter::new(n).map_err(mem_err("io_uring setup"))?,
             ))),
         };
+        // Without io_uring, page-in reads stay synchronous.
+        let demand = if engine.is_some() && config.overlapped_page_in {
+            DemandReader::new().ok()
+        } else {
+            None
+        };
+        let prefetcher = if config.readahead && config.resolve == ResolveMode::Copy {
+            Some(
+                ChunkPrefetcher::new(&seq.to_string(), cs).map_err(|source| {
+                    PagerError::Thread {
+                        region: name.clone(),
+                        source,
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
+        let mut handler = FaultHandler::new(
+            shared.clone(),
+            uffd,
+            memfd,
+            mapping.addr(),
+            len,
+            cs,
+            alias,
+            SwapIo::new(swap, engine, demand, prefetcher),
+            policy,
+            config.policy.clone(),
+            config.resolve,
+            bounce,
+        );
+        handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
         handler.headroom = config.headroom;
         handler.swap_full = SwapFullEpisodes::new(config.on_swap_full);
         handler.busy_poll = config.busy_poll;
         handler.async_page_in = async_page_in;
-        if handler.engine.is_some() && config.overlapped_page_in {
-            // Without io_uring, page-in reads stay synchronous.
-            handler.demand = DemandReader::new().ok();
-        }
-        if config.readahead && config.resolve == ResolveMode::Copy {
-            handler.prefetcher = Some(ChunkPrefetcher::new(&seq.to_string(), cs).map_err(
-                |source| PagerError::Thread {
-                    region: name.clone(),
-                    source,
-                },
-            )?);
-        }
         handler.pagemap = pagemap;
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))

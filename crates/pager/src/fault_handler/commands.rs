@@ -91,9 +91,9 @@ impl FaultHandler {
     }
 
     fn discard_chunk(&mut self, c: usize, start: usize, len: usize) {
-        let was_stored = self.swap.is_stored(c);
+        let was_stored = self.io.is_stored(c);
         if was_stored {
-            if let Err(e) = self.swap.punch(c) {
+            if let Err(e) = self.io.punch(c) {
                 self.memory_error("punch discarded swap copy", start, len, e);
             }
         }
@@ -148,7 +148,7 @@ impl FaultHandler {
             ChunkState::In => self.zero_in_memory(c, start + at, len),
             // Zeroed between the read and the mapping: the page-in may evict the chunk again
             // at once (headroom), so zeroing it afterwards could miss.
-            ChunkState::Out if self.swap.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
+            ChunkState::Out if self.io.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
             // Never stored: already zero. Poisoned: the rest of the chunk is lost anyway.
             // (Writing: waited for by the caller.)
             ChunkState::Out | ChunkState::Poisoned | ChunkState::Writing => {}
@@ -163,9 +163,9 @@ impl FaultHandler {
         // these bytes exists.
         unsafe { std::ptr::write_bytes(self.alias.as_ptr().add(start), 0, len) };
         self.chunks.set_written(c, true);
-        if self.swap.is_stored(c) {
+        if self.io.is_stored(c) {
             let (cstart, clen) = self.chunk_range(c);
-            match self.swap.punch(c) {
+            match self.io.punch(c) {
                 Ok(()) => add(&self.stats().stale_punches, 1),
                 Err(e) => self.memory_error("punch stale swap copy", cstart, clen, e),
             }

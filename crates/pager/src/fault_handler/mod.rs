@@ -22,23 +22,20 @@ use std::time::{Duration, Instant};
 
 use memvisor_policy::{EvictionPolicy, PolicySpec};
 
-use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::crc32c::crc32c;
-use crate::demand_reader::DemandReader;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::memfd::{page_size, Mapping, Memfd};
-use crate::page_out_engine::PageOutEngine;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
 use crate::region_command::CommandQueue;
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub, StatsCounters};
-use crate::swap_file::{is_zero, ReadError, SwapFile, WriteOutcome};
+use crate::swap_file::{is_zero, ReadError, WriteOutcome};
 use crate::swap_full::SwapFullEpisodes;
+use crate::swap_io::{ReadStart, SwapIo};
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
-use crate::write_job::WriteDone;
 
 mod async_page_out;
 mod chunk_table;
@@ -101,9 +98,11 @@ pub(crate) struct FaultHandler {
     /// Page-rounded length of the region.
     pub len: usize,
     pub chunk_size: usize,
+    /// The swap file and its readers and writers. Declared before `alias`, which writes in
+    /// flight read, so it is dropped first.
+    pub io: SwapIo,
     /// Unregistered second mapping of the memfd.
     pub alias: Mapping,
-    pub swap: SwapFile,
     pub policy: Box<dyn EvictionPolicy>,
     /// What `policy` was built from (to rebuild it with another budget).
     pub policy_spec: PolicySpec,
@@ -117,14 +116,8 @@ pub(crate) struct FaultHandler {
     pub pagemap: Option<Pagemap>,
     /// Per-chunk state, residency and written bits, overrun chunks.
     chunks: ChunkTable,
-    /// Asynchronous writer of victims; `None` for synchronous page-out.
-    pub engine: Option<PageOutEngine>,
     /// Chunks kept free ahead of demand with asynchronous page-out.
     pub headroom: usize,
-    /// Reused buffer of finished writes.
-    done_buf: Vec<WriteDone>,
-    /// Sequential readahead of the next chunk (`ResolveMode::Copy` only); `None` if off.
-    pub prefetcher: Option<ChunkPrefetcher>,
     /// The chunk of the last page-in, to detect sequential page-ins.
     last_page_in: Option<usize>,
     /// Busy-polling window after serving faults; `None`: block at once.
@@ -133,9 +126,6 @@ pub(crate) struct FaultHandler {
     pub async_page_in: bool,
     /// Region offset of the page whose fault started the page-in being served.
     fault_offset: Option<usize>,
-    /// With asynchronous page-out: page-in reads go through this io_uring, and victims are
-    /// chosen and their writes started while the read is in flight; `None`: `pread`.
-    pub demand: Option<DemandReader>,
     page: usize,
     uffd_error_logged: bool,
     /// Swap writes failing for lack of space: reported per episode, and what to do meanwhile.
@@ -152,7 +142,7 @@ impl FaultHandler {
         len: usize,
         chunk_size: usize,
         alias: Mapping,
-        swap: SwapFile,
+        io: SwapIo,
         policy: Box<dyn EvictionPolicy>,
         policy_spec: PolicySpec,
         resolve: ResolveMode,
@@ -166,8 +156,8 @@ impl FaultHandler {
             base,
             len,
             chunk_size,
+            io,
             alias,
-            swap,
             policy,
             policy_spec,
             resolve,
@@ -175,15 +165,11 @@ impl FaultHandler {
             sample_interval: None,
             pagemap: None,
             chunks: ChunkTable::new(chunks, chunk_size / page_size()),
-            engine: None,
             headroom: 0,
-            done_buf: Vec::new(),
-            prefetcher: None,
             last_page_in: None,
             busy_poll: None,
             async_page_in: false,
             fault_offset: None,
-            demand: None,
             page: page_size(),
             uffd_error_logged: false,
             swap_full: SwapFullEpisodes::default(),
@@ -238,7 +224,7 @@ impl FaultHandler {
                 },
                 libc::pollfd {
                     // poll ignores negative descriptors.
-                    fd: self.engine.as_ref().map_or(-1, |e| e.completion_fd()),
+                    fd: self.io.completion_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -414,9 +400,9 @@ impl FaultHandler {
                             return;
                         }
                     }
-                    if self.chunks.is_written(c) && self.swap.is_stored(c) {
+                    if self.chunks.is_written(c) && self.io.is_stored(c) {
                         // The swap copy is stale for good: give its blocks back now.
-                        match self.swap.punch(c) {
+                        match self.io.punch(c) {
                             Ok(()) => add(&self.stats().stale_punches, 1),
                             Err(e) => self.memory_error("punch stale swap copy", start, len, e),
                         }
@@ -518,11 +504,11 @@ impl FaultHandler {
         if !self.chunks.is_written(v) && self.is_clean(v, data) {
             return self.drop_chunk(v, start, len);
         }
-        if self.engine.is_some() {
+        if self.io.writes_async() {
             return self.start_write(v, start, len);
         }
         let t = Instant::now();
-        let written = self.swap.write_chunk(v, data);
+        let written = self.io.write_now(v, data);
         add(&self.stats().swap_write_nanos, nanos(t));
         match written {
             Ok(WriteOutcome::Written) => {
@@ -550,12 +536,12 @@ impl FaultHandler {
         if self.pagemap.is_none() {
             return false;
         }
-        let clean = match self.swap.stored_crc(v) {
+        let clean = match self.io.stored_crc(v) {
             Some(crc) => crc32c(data) == crc,
             None => is_zero(data),
         };
         if clean {
-            if self.swap.is_stored(v) {
+            if self.io.is_stored(v) {
                 add(&self.stats().clean_evictions, 1);
             } else {
                 add(&self.stats().zero_page_outs, 1);
@@ -593,7 +579,7 @@ impl FaultHandler {
         }
         self.chunks.set_out(v);
         sub(&self.stats().resident_chunks, 1);
-        if self.swap.is_stored(v) {
+        if self.io.is_stored(v) {
             add(&self.stats().swapped_chunks, 1);
         }
         Ok(())
@@ -618,7 +604,7 @@ impl FaultHandler {
         self.make_room();
         add(&self.stats().evict_nanos, nanos(t));
         let (start, len) = self.chunk_range(c);
-        let stored = self.swap.is_stored(c);
+        let stored = self.io.is_stored(c);
         let result = match self.resolve {
             ResolveMode::AliasContinue => self.page_in_alias(c, start, len, stored, zero),
             ResolveMode::Copy => self.page_in_copy(c, start, len, stored, zero),
@@ -635,7 +621,7 @@ impl FaultHandler {
                 // Zeroed on the way in: the memory no longer matches the swap copy.
                 self.chunks.set_in(c, zero.is_some());
                 if zero.is_some() && stored {
-                    if let Err(e) = self.swap.punch(c) {
+                    if let Err(e) = self.io.punch(c) {
                         self.memory_error("punch stale swap copy", start, len, e);
                     }
                 }
@@ -724,15 +710,11 @@ impl FaultHandler {
         };
         let t = Instant::now();
         // Read ahead: the prefetcher's buffer becomes the bounce buffer if it holds `c`.
-        let crc_now = self.swap.stored_crc(c);
-        let prefetched = self
-            .prefetcher
-            .as_mut()
-            .is_some_and(|pf| pf.take_into(c, crc_now, &mut bounce));
+        let prefetched = self.io.take_prefetched(c, &mut bounce);
         // SAFETY: the bounce buffer is a private mapping of one chunk owned by this handler.
         let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), len) };
         let read = if prefetched {
-            let r = self.swap.accept_read(c, buf).map(|()| true);
+            let r = self.io.verify_prefetched(c, buf).map(|()| true);
             if r.is_ok() {
                 add(&self.stats().readahead_hits, 1);
             }
@@ -783,7 +765,7 @@ impl FaultHandler {
         let Some(page_buf) = buf.get_mut(in_chunk..in_chunk + self.page) else {
             return Ok(());
         };
-        if !self.swap.read_page(c, in_chunk / self.page, page_buf)? {
+        if !self.io.read_page(c, in_chunk / self.page, page_buf)? {
             return Ok(());
         }
         if self
@@ -796,40 +778,22 @@ impl FaultHandler {
     }
 
     /// Reads stored chunk `c` into `buf` (its page-in buffer: the bounce buffer or the chunk's
-    /// alias pages), as [`SwapFile::read_chunk`] does. With a demand reader the read is
-    /// submitted to its io_uring and, while the disk works, victims are chosen and their
-    /// writes started for the headroom this page-in will use up, so that work is off the
-    /// faulting thread's wait.
+    /// alias pages), as [`SwapFile::read_chunk`](crate::SwapFile::read_chunk) does. With a
+    /// demand reader the read is submitted to its io_uring and, while the disk works, victims
+    /// are chosen and their writes started for the headroom this page-in will use up, so that
+    /// work is off the faulting thread's wait.
     fn read_stored(&mut self, c: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
-        if self.engine.is_none() || self.demand.is_none() {
-            return self.swap.read_chunk(c, buf);
+        // SAFETY: `buf` is chunk `c`'s page-in buffer: the handler's bounce buffer, or the
+        // alias pages of a chunk that is out of memory (program accesses fault and wait for
+        // this thread). Nothing touches it until `finish_read` below returns, and the
+        // evictions meanwhile never pick `c` (it is not resident).
+        match unsafe { self.io.start_read(c, buf) } {
+            ReadStart::Done(r) => r,
+            ReadStart::InFlight => {
+                self.keep_headroom_for(1);
+                self.io.finish_read(c, buf)
+            }
         }
-        let (fd, offset) = match self.swap.read_target(c, buf) {
-            Ok(Some(t)) => t,
-            Ok(None) => return Ok(false),
-            Err(e) => return Err(ReadError::Io(e)),
-        };
-        let started = match self.demand.as_mut() {
-            // SAFETY: `buf` is chunk `c`'s page-in buffer: the handler's bounce buffer, or the
-            // alias pages of a chunk that is out of memory (program accesses fault and wait for
-            // this thread). Nothing touches it until `finish` below returns, and the evictions
-            // meanwhile never pick `c` (it is not resident). `fd` is the swap file's, open as
-            // long as `self.swap`.
-            Some(d) => unsafe { d.start(fd, offset, buf) },
-            None => return self.swap.read_chunk(c, buf),
-        };
-        if started.is_err() {
-            // The ring refused the read: read synchronously from now on.
-            self.demand = None;
-            return self.swap.read_chunk(c, buf);
-        }
-        self.keep_headroom_for(1);
-        let done = match self.demand.as_mut() {
-            Some(d) => d.finish(),
-            None => Err(io::Error::other("demand reader lost")),
-        };
-        done.map_err(ReadError::Io)?;
-        self.swap.accept_read(c, buf).map(|()| true)
     }
 
     /// During the page-in of stored chunk `c`: if the previous page-in was `c - 1`, starts
@@ -839,12 +803,8 @@ impl FaultHandler {
         if c == 0 || self.last_page_in != Some(c - 1) || !self.chunks.is(next, ChunkState::Out) {
             return;
         }
-        let Some((file, offset, crc)) = self.swap.read_source(next) else {
-            return;
-        };
         let len = self.chunk_range(next).1;
-        if let Some(pf) = self.prefetcher.as_mut() {
-            pf.start(next, crc, file, offset, len);
+        if self.io.prefetch(next, len) {
             add(&self.stats().readahead_reads, 1);
         }
     }
@@ -895,7 +855,7 @@ impl FaultHandler {
     fn fail_chunk(&mut self, c: usize, start: usize, len: usize, e: ReadError) {
         add(&self.stats().read_errors, 1);
         let region = self.shared.name.clone();
-        let path = self.swap.path().to_path_buf();
+        let path = self.io.path().to_path_buf();
         let err = match e {
             ReadError::Io(source) => PagerError::SwapRead {
                 region,
