@@ -14,7 +14,11 @@ use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::demand_reader::DemandReader;
 use crate::memfd::Mapping;
 use crate::page_out_engine::PageOutEngine;
+use crate::pager_error::PagerError;
+use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::swap_file::{ReadError, SwapFile, WriteOutcome};
+use crate::thread_pool_writer::ThreadPoolWriter;
+use crate::uring_writer::UringWriter;
 use crate::write_job::{WriteDone, WriteJob};
 
 /// How [`SwapIo::start_read`] went.
@@ -41,22 +45,71 @@ pub(crate) struct SwapIo {
 }
 
 impl SwapIo {
-    /// Swap I/O on `swap`, writing through `engine` (synchronously without one), reading
-    /// page-ins through `demand` (used only with an engine) and reading ahead with
-    /// `prefetcher`.
-    pub fn new(
-        swap: SwapFile,
-        engine: Option<PageOutEngine>,
-        demand: Option<DemandReader>,
-        prefetcher: Option<ChunkPrefetcher>,
-    ) -> Self {
-        Self {
+    /// The swap I/O `config` asks for, for region `region` of `chunks` chunks (`len` bytes):
+    /// a new swap file (with page checksums for `async_page_in`), the page-out engine, the
+    /// demand reader (with an engine, where io_uring works) and the prefetcher (readahead by
+    /// copy). `tag` names the swap file and the threads.
+    pub fn create(
+        config: &RegionConfig,
+        tag: &str,
+        region: &str,
+        chunks: usize,
+        len: usize,
+        async_page_in: bool,
+    ) -> Result<Self, PagerError> {
+        let cs = config.chunk_size;
+        let thread_error = |source| PagerError::Thread {
+            region: region.to_string(),
+            source,
+        };
+        let mut swap = SwapFile::create(
+            &config.swap_dir,
+            tag,
+            cs,
+            chunks,
+            config.fault_injector.clone(),
+        )?;
+        if async_page_in {
+            swap.keep_page_checksums();
+        }
+        let engine = match config.page_out.resolve(cs) {
+            PageOut::Sync | PageOut::Auto => None,
+            PageOut::Threads(n) => Some(PageOutEngine::Threads(
+                ThreadPoolWriter::new(tag, n).map_err(thread_error)?,
+            )),
+            PageOut::IoUring(n) => Some(PageOutEngine::Uring(Box::new(
+                UringWriter::new(n).map_err(|source| PagerError::Memory {
+                    region: region.to_string(),
+                    op: "io_uring setup",
+                    offset: 0,
+                    len,
+                    source,
+                })?,
+            ))),
+        };
+        // Without io_uring, page-in reads stay synchronous.
+        let demand = if engine.is_some() && config.overlapped_page_in {
+            DemandReader::new().ok()
+        } else {
+            None
+        };
+        let prefetcher = if config.readahead && config.resolve == ResolveMode::Copy {
+            Some(ChunkPrefetcher::new(tag, cs).map_err(thread_error)?)
+        } else {
+            None
+        };
+        Ok(Self {
             engine,
             demand,
             prefetcher,
             done_buf: Vec::new(),
             swap,
-        }
+        })
+    }
+
+    /// Whether swap I/O bypasses the page cache (`O_DIRECT`).
+    pub fn is_direct(&self) -> bool {
+        self.swap.is_direct()
     }
 
     /// The swap file's name in messages.

@@ -19,7 +19,8 @@ impl FaultHandler {
     pub(super) fn start_write(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
         // SAFETY: the alias mapping covers the region; nobody writes the chunk now (its
         // registered entries are gone, so program accesses fault and wait for this thread).
-        let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        let data =
+            unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start), len) };
         if is_zero(data) {
             if let Err(source) = self.io.punch(v) {
                 self.write_failed(v, start, source);
@@ -47,7 +48,7 @@ impl FaultHandler {
         add(&self.stats().write_errors, 1);
         let out_of_space = is_out_of_space(&source);
         if out_of_space {
-            let cs = self.chunk_size as u64;
+            let cs = self.memory.chunk_size as u64;
             let figures = SwapFigures {
                 region: &self.shared.name,
                 swap_path: self.io.path(),
@@ -56,7 +57,8 @@ impl FaultHandler {
                 budget: self.shared.budget_chunks.load(Ordering::Relaxed) as u64 * cs,
                 chunk: cs,
             };
-            self.swap_full
+            self.page_out_options
+                .swap_full
                 .write_failed(&self.shared.stats, &figures, &source);
         }
         let e = PagerError::SwapWrite {
@@ -95,7 +97,8 @@ impl FaultHandler {
         match d.result {
             Ok(crc) => {
                 self.io.accept_write(v, crc);
-                self.swap_full
+                self.page_out_options
+                    .swap_full
                     .write_succeeded(&self.shared.stats, &self.shared.name);
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
@@ -175,7 +178,7 @@ impl FaultHandler {
         };
         // A quarter of the budget at most: headroom is memory the policy does not use.
         let cap = self.policy.capacity();
-        let target = cap - self.headroom.min(cap / 4);
+        let target = cap - self.page_out_options.headroom.min(cap / 4);
         while self.policy.len() + incoming > target && self.chunks.writing() < depth {
             match self.policy.evict() {
                 Some(v) => self.evict_or_overrun(v as usize),

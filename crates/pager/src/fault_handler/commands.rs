@@ -74,10 +74,10 @@ impl FaultHandler {
     /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out,
     /// during a page-in, between the read and the mapping.
     fn discard(&mut self, offset: usize, len: usize) {
-        let end = (offset + len).min(self.len);
+        let end = (offset + len).min(self.memory.len);
         let mut at = offset;
         while at < end {
-            let c = at / self.chunk_size;
+            let c = at / self.memory.chunk_size;
             self.wait_for_write(c);
             let (start, clen) = self.chunk_range(c);
             let to = end.min(start + clen);
@@ -104,7 +104,7 @@ impl FaultHandler {
             ChunkState::In => {
                 // Punching the memfd also drops every mapping's entries for these pages, so the
                 // next access is a missing fault and reads zeros.
-                if let Err(e) = self.memfd.punch_hole(start, len) {
+                if let Err(e) = self.memory.memfd.punch_hole(start, len) {
                     // The pages stay: zero them in place instead.
                     self.memory_error("punch discarded chunk", start, len, e);
                     self.zero_in_memory(c, start, len);
@@ -124,7 +124,7 @@ impl FaultHandler {
             ChunkState::Writing => return,
             ChunkState::Poisoned => {
                 // Poison markers live in the page tables: punching the range drops them.
-                if let Err(e) = self.memfd.punch_hole(start, len) {
+                if let Err(e) = self.memory.memfd.punch_hole(start, len) {
                     self.memory_error("punch discarded poisoned chunk", start, len, e);
                 }
                 if let Err(e) = self.registered_dontneed(start, len) {
@@ -140,7 +140,7 @@ impl FaultHandler {
 
     /// Zeroes `[at, at + len)` of chunk `c` (offsets within the chunk).
     fn discard_part(&mut self, c: usize, at: usize, len: usize) {
-        let start = c * self.chunk_size;
+        let start = c * self.memory.chunk_size;
         let Some(state) = self.chunks.state(c) else {
             return;
         };
@@ -161,7 +161,7 @@ impl FaultHandler {
         // SAFETY: the alias mapping covers the whole region, so the range is inside it; the
         // program may race with its own discard, as with madvise, but no Rust reference to
         // these bytes exists.
-        unsafe { std::ptr::write_bytes(self.alias.as_ptr().add(start), 0, len) };
+        unsafe { std::ptr::write_bytes(self.memory.alias.as_ptr().add(start), 0, len) };
         self.chunks.set_written(c, true);
         if self.io.is_stored(c) {
             let (cstart, clen) = self.chunk_range(c);

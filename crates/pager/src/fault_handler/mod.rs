@@ -1,8 +1,10 @@
 //! [`FaultHandler`]: the thread that serves a region's userfaultfd.
 //!
-//! It owns everything mutable about the region: the policy, the per-chunk state, the swap file,
-//! the memfd and its unregistered alias mapping. Being the only actor, it needs no locks; other
-//! threads see it through [`HandlerShared`] (statistics, errors, the stop signal).
+//! It owns everything mutable about the region: the policy, the per-chunk state
+//! ([`ChunkTable`]), the swap I/O ([`SwapIo`]: swap file, page-out engine, demand reader,
+//! prefetcher), the memfd and its mappings ([`RegionMemory`]). Being the only actor, it needs
+//! no locks; other threads see it through [`HandlerShared`] (statistics, errors, the stop
+//! signal). It is built whole from the region's configuration by [`FaultHandler::builder`].
 //!
 //! Page-out of chunk `v`: `MADV_DONTNEED` on the registered mapping (any access now raises a
 //! minor fault and waits for this thread), write the data from the alias mapping to swap, then
@@ -25,7 +27,6 @@ use memvisor_policy::{EvictionPolicy, PolicySpec};
 use crate::crc32c::crc32c;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
-use crate::memfd::{page_size, Mapping, Memfd};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
@@ -33,16 +34,20 @@ use crate::region_command::CommandQueue;
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub, StatsCounters};
 use crate::swap_file::{is_zero, ReadError, WriteOutcome};
-use crate::swap_full::SwapFullEpisodes;
 use crate::swap_io::{ReadStart, SwapIo};
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
 mod async_page_out;
 mod chunk_table;
 mod commands;
+mod fault_handler_builder;
+mod options;
 mod page_bitmap;
+mod region_memory;
 
 use chunk_table::{ChunkState, ChunkTable};
+use options::{LoopTiming, PageInOptions, PageOutOptions};
+pub(crate) use region_memory::RegionMemory;
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
 const MAX_ERRORS: usize = 256;
@@ -91,89 +96,38 @@ impl HandlerShared {
 /// The fault-serving state of one region; [`run`](Self::run) is the thread body.
 pub(crate) struct FaultHandler {
     pub shared: Arc<HandlerShared>,
-    pub uffd: Userfaultfd,
-    pub memfd: Memfd,
-    /// Start address of the registered mapping (owned by the region, outlives this thread).
-    pub base: usize,
-    /// Page-rounded length of the region.
-    pub len: usize,
-    pub chunk_size: usize,
-    /// The swap file and its readers and writers. Declared before `alias`, which writes in
-    /// flight read, so it is dropped first.
-    pub io: SwapIo,
-    /// Unregistered second mapping of the memfd.
-    pub alias: Mapping,
-    pub policy: Box<dyn EvictionPolicy>,
+    uffd: Userfaultfd,
+    /// The swap file and its readers and writers. Declared before `memory`, whose alias
+    /// mapping writes in flight read, so it is dropped first.
+    io: SwapIo,
+    memory: RegionMemory,
+    policy: Box<dyn EvictionPolicy>,
     /// What `policy` was built from (to rebuild it with another budget).
-    pub policy_spec: PolicySpec,
-    pub resolve: ResolveMode,
-    /// Bounce buffer for `ResolveMode::Copy` (one chunk, page-aligned).
-    pub bounce: Option<Mapping>,
-    /// Access sampling period (see [`sample`](Self::sample)); `None` disables sampling.
-    pub sample_interval: Option<Duration>,
-    /// Dirty tracking: pages are mapped write-protected (`WP_ASYNC`) and `PAGEMAP_SCAN` tells
-    /// which were written; `None` without tracking (every eviction writes).
-    pub pagemap: Option<Pagemap>,
+    policy_spec: PolicySpec,
     /// Per-chunk state, residency and written bits, overrun chunks.
     chunks: ChunkTable,
-    /// Chunks kept free ahead of demand with asynchronous page-out.
-    pub headroom: usize,
+    timing: LoopTiming,
+    page_in_options: PageInOptions,
+    page_out_options: PageOutOptions,
+    /// Dirty tracking: pages are mapped write-protected (`WP_ASYNC`) and `PAGEMAP_SCAN` tells
+    /// which were written; `None` without tracking (every eviction writes).
+    pagemap: Option<Pagemap>,
     /// The chunk of the last page-in, to detect sequential page-ins.
     last_page_in: Option<usize>,
-    /// Busy-polling window after serving faults; `None`: block at once.
-    pub busy_poll: Option<Duration>,
-    /// Asynchronous page-in: map the faulting page first (the swap file keeps page checksums).
-    pub async_page_in: bool,
     /// Region offset of the page whose fault started the page-in being served.
     fault_offset: Option<usize>,
-    page: usize,
     uffd_error_logged: bool,
-    /// Swap writes failing for lack of space: reported per episode, and what to do meanwhile.
-    pub swap_full: SwapFullEpisodes,
 }
 
 impl FaultHandler {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        shared: Arc<HandlerShared>,
-        uffd: Userfaultfd,
-        memfd: Memfd,
-        base: usize,
-        len: usize,
-        chunk_size: usize,
-        alias: Mapping,
-        io: SwapIo,
-        policy: Box<dyn EvictionPolicy>,
-        policy_spec: PolicySpec,
-        resolve: ResolveMode,
-        bounce: Option<Mapping>,
-    ) -> Self {
-        let chunks = len.div_ceil(chunk_size);
-        Self {
-            shared,
-            uffd,
-            memfd,
-            base,
-            len,
-            chunk_size,
-            io,
-            alias,
-            policy,
-            policy_spec,
-            resolve,
-            bounce,
-            sample_interval: None,
-            pagemap: None,
-            chunks: ChunkTable::new(chunks, chunk_size / page_size()),
-            headroom: 0,
-            last_page_in: None,
-            busy_poll: None,
-            async_page_in: false,
-            fault_offset: None,
-            page: page_size(),
-            uffd_error_logged: false,
-            swap_full: SwapFullEpisodes::default(),
-        }
+    /// Whether swap I/O uses `O_DIRECT`.
+    pub fn swap_is_direct(&self) -> bool {
+        self.io.is_direct()
+    }
+
+    /// The swap file's name in messages.
+    pub fn swap_path(&self) -> &std::path::Path {
+        self.io.path()
     }
 
     /// Serves faults until the stop eventfd is written or the userfaultfd fails.
@@ -188,7 +142,7 @@ impl FaultHandler {
 
     fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
-        let mut next_sample = self.sample_interval.map(|i| Instant::now() + i);
+        let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
         // While busy polling, until when.
         let mut spin_until: Option<Instant> = None;
         loop {
@@ -198,7 +152,10 @@ impl FaultHandler {
                     let now = Instant::now();
                     if now >= at {
                         self.sample();
-                        let i = self.sample_interval.unwrap_or(Duration::from_secs(1));
+                        let i = self
+                            .timing
+                            .sample_interval
+                            .unwrap_or(Duration::from_secs(1));
                         next_sample = Some(now + i);
                         i.as_millis().min(i32::MAX as u128) as i32
                     } else {
@@ -280,7 +237,7 @@ impl FaultHandler {
                     self.on_fault(ev);
                 }
             }
-            if let Some(window) = self.busy_poll {
+            if let Some(window) = self.timing.busy_poll {
                 spin_until = Some(Instant::now() + window);
             }
             self.check_invariants("faults");
@@ -293,7 +250,7 @@ impl FaultHandler {
     fn transient_error(&mut self, op: &'static str, e: io::Error) {
         if !self.uffd_error_logged {
             self.uffd_error_logged = true;
-            self.memory_error(op, 0, self.len, e);
+            self.memory_error(op, 0, self.memory.len, e);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -351,8 +308,7 @@ impl FaultHandler {
     }
 
     fn chunk_range(&self, c: usize) -> (usize, usize) {
-        let start = c * self.chunk_size;
-        (start, self.chunk_size.min(self.len - start))
+        self.memory.chunk_range(c)
     }
 
     fn memory_error(&self, op: &'static str, offset: usize, len: usize, source: io::Error) {
@@ -370,15 +326,18 @@ impl FaultHandler {
             FaultKind::Minor => add(&self.stats().minor_faults, 1),
             _ => add(&self.stats().missing_faults, 1),
         }
-        let page_addr = ev.address & !(self.page - 1);
-        let Some(offset) = page_addr.checked_sub(self.base).filter(|&o| o < self.len) else {
+        let page_addr = ev.address & !(self.memory.page - 1);
+        let Some(offset) = page_addr
+            .checked_sub(self.memory.base)
+            .filter(|&o| o < self.memory.len)
+        else {
             // Not ours (cannot happen: only the region is registered); do not leave it hanging.
-            let _ = self.uffd.wake(page_addr, self.page);
+            let _ = self.uffd.wake(page_addr, self.memory.page);
             return;
         };
-        let c = offset / self.chunk_size;
+        let c = offset / self.memory.chunk_size;
         let Some(state) = self.chunks.state(c) else {
-            let _ = self.uffd.wake(page_addr, self.page);
+            let _ = self.uffd.wake(page_addr, self.memory.page);
             return;
         };
         match state {
@@ -394,9 +353,12 @@ impl FaultHandler {
                     // A stale message (another thread's fault on the chunk, already mapped
                     // again): the faulting page is mapped, so only wake.
                     let wp = self.pagemap.is_some();
-                    if let Err(e) = self.uffd.continue_range(page_addr, self.page, false, wp) {
+                    if let Err(e) = self
+                        .uffd
+                        .continue_range(page_addr, self.memory.page, false, wp)
+                    {
                         if e.error.raw_os_error() == Some(libc::EEXIST) {
-                            let _ = self.uffd.wake(page_addr, self.page);
+                            let _ = self.uffd.wake(page_addr, self.memory.page);
                             return;
                         }
                     }
@@ -413,7 +375,7 @@ impl FaultHandler {
                 }
                 // A concurrent fault already served by the page-in that woke it: wake is a
                 // harmless no-op then, and needed if it raced past the range wake.
-                let _ = self.uffd.wake(page_addr, self.page);
+                let _ = self.uffd.wake(page_addr, self.memory.page);
             }
             ChunkState::Poisoned => {
                 let (start, len) = self.chunk_range(c);
@@ -472,8 +434,8 @@ impl FaultHandler {
             // The policy named a chunk that is not in memory: nothing to write or free.
             self.memory_error(
                 "evict",
-                v.saturating_mul(self.chunk_size),
-                self.chunk_size,
+                v.saturating_mul(self.memory.chunk_size),
+                self.memory.chunk_size,
                 io::Error::other("policy victim is not resident"),
             );
             return;
@@ -496,11 +458,12 @@ impl FaultHandler {
         // The entries are gone, so nobody writes the chunk now: its written state is final.
         self.harvest_dirty(v, start, len);
         // Map the alias pages in one call rather than faulting on each while reading them.
-        let _ = self.alias.populate_read(start, len);
+        let _ = self.memory.alias.populate_read(start, len);
         // SAFETY: the alias mapping covers the whole region, so `[start, start + len)` is inside
         // it. Nobody else writes these pages now: the registered mapping's entries were just
         // dropped, so program accesses fault and wait for this (the only handler) thread.
-        let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        let data =
+            unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start), len) };
         if !self.chunks.is_written(v) && self.is_clean(v, data) {
             return self.drop_chunk(v, start, len);
         }
@@ -514,7 +477,8 @@ impl FaultHandler {
             Ok(WriteOutcome::Written) => {
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
-                self.swap_full
+                self.page_out_options
+                    .swap_full
                     .write_succeeded(&self.shared.stats, &self.shared.name);
             }
             Ok(WriteOutcome::Zero) => add(&self.stats().zero_page_outs, 1),
@@ -557,7 +521,7 @@ impl FaultHandler {
     fn harvest_dirty(&mut self, c: usize, start: usize, len: usize) {
         let written = match &self.pagemap {
             None => true,
-            Some(p) => match p.any_written(self.base + start, len) {
+            Some(p) => match p.any_written(self.memory.base + start, len) {
                 Ok(w) => w,
                 Err(e) => {
                     self.memory_error("PAGEMAP_SCAN", start, len, e);
@@ -572,7 +536,7 @@ impl FaultHandler {
 
     /// Punches chunk `v` (saved or clean) out of the memfd and marks it out.
     fn drop_chunk(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
-        if let Err(e) = self.memfd.punch_hole(start, len) {
+        if let Err(e) = self.memory.memfd.punch_hole(start, len) {
             // The data is in swap (or clean) and still in memory: keep it resident.
             self.memory_error("punch memfd", start, len, e);
             return Err(());
@@ -589,7 +553,7 @@ impl FaultHandler {
         // SAFETY: `[base + start, base + start + len)` lies inside the registered mapping, which
         // the region keeps alive until this thread has been joined. MADV_DONTNEED on a shared
         // file mapping drops page-table entries only; the data stays in the memfd.
-        unsafe { raw_memory_calls::madvise(self.base + start, len, libc::MADV_DONTNEED) }
+        unsafe { raw_memory_calls::madvise(self.memory.base + start, len, libc::MADV_DONTNEED) }
     }
 
     fn page_in(&mut self, c: usize) {
@@ -605,7 +569,7 @@ impl FaultHandler {
         add(&self.stats().evict_nanos, nanos(t));
         let (start, len) = self.chunk_range(c);
         let stored = self.io.is_stored(c);
-        let result = match self.resolve {
+        let result = match self.page_in_options.resolve {
             ResolveMode::AliasContinue => self.page_in_alias(c, start, len, stored, zero),
             ResolveMode::Copy => self.page_in_copy(c, start, len, stored, zero),
         };
@@ -627,7 +591,7 @@ impl FaultHandler {
                 }
                 add(&self.stats().resident_chunks, 1);
                 // Counters first, then the wake: a woken thread sees consistent statistics.
-                let _ = self.uffd.wake(self.base + start, len);
+                let _ = self.uffd.wake(self.memory.base + start, len);
                 if let Some(declined) = self.policy.admit(c as u64) {
                     // Only a policy with admission control returns a victim here (room was
                     // made). Declining `c` itself: keep it resident outside the policy (as
@@ -648,7 +612,7 @@ impl FaultHandler {
             Err(PageInError::Map(e)) => {
                 self.memory_error("map chunk", start, len, e);
                 // Never leave threads waiting on a range we could not fill.
-                let _ = self.memfd.punch_hole(start, len);
+                let _ = self.memory.memfd.punch_hole(start, len);
                 if stored {
                     sub(&self.stats().swapped_chunks, 1);
                 }
@@ -670,14 +634,16 @@ impl FaultHandler {
         if stored {
             // Allocate and map the chunk's pages in one call, so the read below does not fault
             // them in one by one.
-            self.alias
+            self.memory
+                .alias
                 .populate_write(start, len)
                 .map_err(PageInError::Map)?;
             // SAFETY: the alias mapping covers `[start, start + len)`. The chunk is out of
             // memory, so the registered mapping has no entries there: program accesses fault and
             // wait for this thread, and no other reference to these bytes exists.
-            let buf =
-                unsafe { std::slice::from_raw_parts_mut(self.alias.as_ptr().add(start), len) };
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(self.memory.alias.as_ptr().add(start), len)
+            };
             let t = Instant::now();
             let r = self.read_stored(c, buf);
             add(&self.stats().swap_read_nanos, nanos(t));
@@ -686,7 +652,10 @@ impl FaultHandler {
                 buf[at..at + n].fill(0);
             }
         } else {
-            self.memfd.allocate(start, len).map_err(PageInError::Map)?;
+            self.memory
+                .memfd
+                .allocate(start, len)
+                .map_err(PageInError::Map)?;
         }
         self.fill_wake(start, len, Fill::Continue, false)
             .map_err(PageInError::Map)
@@ -705,7 +674,7 @@ impl FaultHandler {
                 .fill_wake(start, len, Fill::Zero, false)
                 .map_err(PageInError::Map);
         }
-        let Some(mut bounce) = self.bounce.take() else {
+        let Some(mut bounce) = self.page_in_options.bounce.take() else {
             return Err(PageInError::Map(io::Error::other("no bounce buffer")));
         };
         let t = Instant::now();
@@ -737,7 +706,7 @@ impl FaultHandler {
                 .map_err(PageInError::Map),
             Err(e) => Err(PageInError::Read(e)),
         };
-        self.bounce = Some(bounce);
+        self.page_in_options.bounce = Some(bounce);
         r
     }
 
@@ -758,18 +727,26 @@ impl FaultHandler {
         let Some(offset) = self.fault_offset.take() else {
             return Ok(());
         };
-        if !self.async_page_in || zero.is_some() || offset < start {
+        if !self.page_in_options.async_page_in || zero.is_some() || offset < start {
             return Ok(());
         }
         let in_chunk = offset - start;
-        let Some(page_buf) = buf.get_mut(in_chunk..in_chunk + self.page) else {
+        let Some(page_buf) = buf.get_mut(in_chunk..in_chunk + self.memory.page) else {
             return Ok(());
         };
-        if !self.io.read_page(c, in_chunk / self.page, page_buf)? {
+        if !self
+            .io
+            .read_page(c, in_chunk / self.memory.page, page_buf)?
+        {
             return Ok(());
         }
         if self
-            .fill_wake(start + in_chunk, self.page, Fill::Copy(page_buf), true)
+            .fill_wake(
+                start + in_chunk,
+                self.memory.page,
+                Fill::Copy(page_buf),
+                true,
+            )
             .is_ok()
         {
             add(&self.stats().early_wakes, 1);
@@ -821,7 +798,7 @@ impl FaultHandler {
         let mut again = 0;
         let wp = self.pagemap.is_some();
         while done < len {
-            let dst = self.base + start + done;
+            let dst = self.memory.base + start + done;
             let rest = len - done;
             let r = match how {
                 Fill::Continue => self.uffd.continue_range(dst, rest, wake, wp),
@@ -837,12 +814,12 @@ impl FaultHandler {
                     Some(libc::EEXIST) => {
                         // The page at `done + n` is mapped already (a racing fault on a page
                         // that was never dropped): skip it.
-                        done += n - n % self.page + self.page;
-                        let _ = self.uffd.wake(dst, n + self.page);
+                        done += n - n % self.memory.page + self.memory.page;
+                        let _ = self.uffd.wake(dst, n + self.memory.page);
                     }
                     Some(libc::EAGAIN) if again < 100 => {
                         again += 1;
-                        done += n - n % self.page;
+                        done += n - n % self.memory.page;
                     }
                     _ => return Err(error),
                 },
@@ -875,7 +852,7 @@ impl FaultHandler {
         };
         self.shared.record(err);
         // Drop whatever a partial read left in the memfd; it must never be mapped.
-        if let Err(e) = self.memfd.punch_hole(start, len) {
+        if let Err(e) = self.memory.memfd.punch_hole(start, len) {
             self.memory_error("punch memfd", start, len, e);
         }
         sub(&self.stats().swapped_chunks, 1);
@@ -889,14 +866,14 @@ impl FaultHandler {
     fn poison(&self, start: usize, len: usize) {
         let mut done = 0;
         while done < len {
-            let dst = self.base + start + done;
+            let dst = self.memory.base + start + done;
             match self.uffd.poison(dst, len - done) {
                 Ok(_) => break,
                 Err(PartialError { done: n, error }) => {
                     if error.raw_os_error() == Some(libc::EEXIST)
                         || error.raw_os_error() == Some(libc::EAGAIN)
                     {
-                        done += n - n % self.page + self.page;
+                        done += n - n % self.memory.page + self.memory.page;
                     } else {
                         self.memory_error("UFFDIO_POISON", start + done, len - done, error);
                         break;
@@ -904,7 +881,7 @@ impl FaultHandler {
                 }
             }
         }
-        let _ = self.uffd.wake(self.base + start, len);
+        let _ = self.uffd.wake(self.memory.base + start, len);
     }
 }
 
