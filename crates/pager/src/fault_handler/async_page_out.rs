@@ -32,7 +32,7 @@ impl FaultHandler {
         }
         // SAFETY: `data` is the chunk's part of the alias mapping, which outlives every write
         // in flight (the handler reaps them all before it exits, and `io` is dropped before
-        // `alias`); nobody writes it until the write is reaped: the chunk is `Writing`, its
+        // `memory`, which holds the alias); nobody writes it until the write is reaped: the chunk is `Writing`, its
         // registered entries are gone, and faults on it wait for the completion.
         if let Err(source) = unsafe { self.io.start_write(v, data) } {
             self.write_failed(v, start, source);
