@@ -1,8 +1,9 @@
-//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to
-//! the [`PageOutEngine`] and goes on serving faults; the chunk stays in memory, in state
-//! `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
-//! chunk being written is served at completion by keeping the chunk (no read needed). A
-//! headroom of free chunks is kept ahead of demand, so a page-in seldom waits for a write.
+//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to the
+//! [`PageOutEngine`](crate::page_out_engine::PageOutEngine) (through
+//! [`SwapIo`](crate::swap_io::SwapIo)) and goes on serving faults; the chunk stays in memory, in
+//! state `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
+//! chunk being written is served at completion by keeping the chunk (no read needed). A headroom of
+//! free chunks is kept ahead of demand, so a page-in seldom waits for a write.
 
 use std::sync::atomic::Ordering;
 
@@ -30,10 +31,10 @@ impl FaultHandler {
             self.chunks.set_written(v, false);
             return self.drop_chunk(v, start, len);
         }
-        // SAFETY: `data` is the chunk's part of the alias mapping, which outlives every write
-        // in flight (the handler reaps them all before it exits, and `io` is dropped before
-        // `memory`, which holds the alias); nobody writes it until the write is reaped: the chunk is `Writing`, its
-        // registered entries are gone, and faults on it wait for the completion.
+        // SAFETY: `data` is the chunk's part of the alias mapping, which outlives every write in
+        // flight (the handler reaps them all before it exits, and `io` is dropped before `memory`,
+        // which holds the alias); nobody writes it until the write is reaped: the chunk is
+        // `Writing`, its registered entries are gone, and faults on it wait for the completion.
         if let Err(source) = unsafe { self.io.start_write(v, data) } {
             self.write_failed(v, start, source);
             return Err(());

@@ -70,7 +70,7 @@ impl FaultHandler {
         self.shared.commands.close();
     }
 
-    pub(super) fn serve(&mut self) {
+    fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
         // While busy polling, until when.
@@ -177,7 +177,7 @@ impl FaultHandler {
     /// An error of the userfaultfd itself. The handler never gives up while the region lives
     /// (exiting would close the userfaultfd, and the kernel would then zero-fill swapped-out
     /// chunks behind the program's back): it records the first such error and retries slowly.
-    pub(super) fn transient_error(&mut self, op: &'static str, e: io::Error) {
+    fn transient_error(&mut self, op: &'static str, e: io::Error) {
         if !self.uffd_error_logged {
             self.uffd_error_logged = true;
             self.memory_error(op, 0, self.memory.len, e);
@@ -188,7 +188,7 @@ impl FaultHandler {
     /// One access sample: the policy reads and clears its reference bits, then every chunk it
     /// tracks loses its page-table entries, so its next access raises a minor fault that maps
     /// the chunk again and sets its reference bit.
-    pub(super) fn sample(&mut self) {
+    fn sample(&mut self) {
         let t = Instant::now();
         self.policy.on_sample();
         // One madvise per run of chunks rather than one per chunk (65,536 calls a sample for a
@@ -222,13 +222,13 @@ impl FaultHandler {
 
     /// Debug builds: the chunk table's invariants against the policy (see
     /// [`ChunkTable::check_invariants`]).
-    pub(super) fn check_invariants(&self, at: &str) {
+    fn check_invariants(&self, at: &str) {
         let policy = &self.policy;
         self.chunks
             .check_invariants(at, |c| policy.contains(c as u64));
     }
 
-    pub(super) fn uffd_raw(&self) -> i32 {
+    fn uffd_raw(&self) -> i32 {
         use std::os::fd::AsFd;
         self.uffd.as_fd().as_raw_fd()
     }
@@ -257,7 +257,7 @@ impl FaultHandler {
         });
     }
 
-    pub(super) fn on_fault(&mut self, ev: FaultEvent) {
+    fn on_fault(&mut self, ev: FaultEvent) {
         match ev.kind {
             FaultKind::Minor => add(&self.stats().minor_faults, 1),
             _ => add(&self.stats().missing_faults, 1),
@@ -335,7 +335,7 @@ impl FaultHandler {
 
     /// Frees room for one more chunk: retries one overrun chunk, then evicts a policy victim if
     /// the policy is full.
-    pub(super) fn make_room(&mut self) {
+    fn make_room(&mut self) {
         self.reap_writes(false);
         // Take the chunk off the list first: page_out may complete other writes, which can put
         // chunks on the list.
@@ -384,7 +384,7 @@ impl FaultHandler {
 
     /// Writes resident chunk `v` to swap and drops it from memory. On failure `v` stays
     /// resident (its data intact in the memfd) and the error is recorded.
-    pub(super) fn page_out(&mut self, v: usize) -> Result<(), ()> {
+    fn page_out(&mut self, v: usize) -> Result<(), ()> {
         self.wait_for_write_slot();
         let (start, len) = self.chunk_range(v);
         if let Err(e) = self.registered_dontneed(start, len) {
@@ -432,7 +432,7 @@ impl FaultHandler {
     /// needs no write: its swap copy (or, if none, all zeros) matches `data`. The checksum
     /// comparison is a safety net: a mismatch means tracking missed a write, which is counted
     /// and answered with a normal write.
-    pub(super) fn is_clean(&self, v: usize, data: &[u8]) -> bool {
+    fn is_clean(&self, v: usize, data: &[u8]) -> bool {
         if self.pagemap.is_none() {
             return false;
         }
@@ -454,7 +454,7 @@ impl FaultHandler {
 
     /// Sets chunk `c`'s sticky dirty bit if any of its pages was written since it was last
     /// mapped write-protected. Without tracking, or if the scan fails, the chunk counts as dirty.
-    pub(super) fn harvest_dirty(&mut self, c: usize, start: usize, len: usize) {
+    fn harvest_dirty(&mut self, c: usize, start: usize, len: usize) {
         let written = match &self.pagemap {
             None => true,
             Some(p) => match p.any_written(self.memory.base + start, len) {
@@ -492,7 +492,7 @@ impl FaultHandler {
         unsafe { raw_memory_calls::madvise(self.memory.base + start, len, libc::MADV_DONTNEED) }
     }
 
-    pub(super) fn page_in(&mut self, c: usize) {
+    fn page_in(&mut self, c: usize) {
         self.page_in_zeroing(c, None);
     }
 
@@ -653,7 +653,7 @@ impl FaultHandler {
     /// already there). A failed page read fails the page-in; anything else (off, no page
     /// checksum, a partial discard pending, a mapping error) leaves the whole-chunk path to
     /// do everything.
-    pub(super) fn map_faulting_page_first(
+    fn map_faulting_page_first(
         &mut self,
         c: usize,
         start: usize,
@@ -695,7 +695,7 @@ impl FaultHandler {
     /// demand reader the read is submitted to its io_uring and, while the disk works, victims
     /// are chosen and their writes started for the headroom this page-in will use up, so that
     /// work is off the faulting thread's wait.
-    pub(super) fn read_stored(&mut self, c: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
+    fn read_stored(&mut self, c: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
         // SAFETY: `buf` is chunk `c`'s page-in buffer: the handler's bounce buffer, or the
         // alias pages of a chunk that is out of memory (program accesses fault and wait for
         // this thread). Nothing touches it until `finish_read` below returns, and the
@@ -711,7 +711,7 @@ impl FaultHandler {
 
     /// During the page-in of stored chunk `c`: if the previous page-in was `c - 1`, starts
     /// reading `c + 1` ahead (if it is out and stored).
-    pub(super) fn read_ahead(&mut self, c: usize) {
+    fn read_ahead(&mut self, c: usize) {
         let next = c + 1;
         if c == 0 || self.last_page_in != Some(c - 1) || !self.chunks.is(next, ChunkState::Out) {
             return;
@@ -729,13 +729,7 @@ impl FaultHandler {
     }
 
     /// [`fill`](Self::fill), waking the waiters only if `wake`.
-    pub(super) fn fill_wake(
-        &self,
-        start: usize,
-        len: usize,
-        how: Fill<'_>,
-        wake: bool,
-    ) -> io::Result<()> {
+    fn fill_wake(&self, start: usize, len: usize, how: Fill<'_>, wake: bool) -> io::Result<()> {
         let mut done = 0;
         let mut again = 0;
         let wp = self.pagemap.is_some();
@@ -771,7 +765,7 @@ impl FaultHandler {
     }
 
     /// Gives up on chunk `c` after a failed read: records the error and poisons the chunk.
-    pub(super) fn fail_chunk(&mut self, c: usize, start: usize, len: usize, e: ReadError) {
+    fn fail_chunk(&mut self, c: usize, start: usize, len: usize, e: ReadError) {
         add(&self.stats().read_errors, 1);
         let region = self.shared.name.clone();
         let path = self.io.path().to_path_buf();
@@ -805,7 +799,7 @@ impl FaultHandler {
 
     /// Installs poison markers over `[start, start + len)` (skipping mapped pages) and wakes
     /// the waiters, who then get SIGBUS.
-    pub(super) fn poison(&self, start: usize, len: usize) {
+    fn poison(&self, start: usize, len: usize) {
         let mut done = 0;
         while done < len {
             let dst = self.memory.base + start + done;
@@ -828,7 +822,7 @@ impl FaultHandler {
 }
 
 /// Nanoseconds since `t`.
-pub(super) fn nanos(t: Instant) -> u64 {
+fn nanos(t: Instant) -> u64 {
     t.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
 

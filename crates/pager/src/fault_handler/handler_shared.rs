@@ -44,7 +44,7 @@ impl HandlerShared {
     }
 
     /// Records `e` without printing it (its episode is reported instead, see
-    /// [`SwapFullEpisodes`]).
+    /// [`SwapFullEpisodes`](crate::swap_full::SwapFullEpisodes)).
     pub(crate) fn record_quietly(&self, e: PagerError) {
         if let Ok(mut q) = self.errors.lock() {
             if q.len() == MAX_ERRORS {
