@@ -299,3 +299,82 @@ fn wait_readable(fd: i32, timeout: Duration) {
     // SAFETY: one live pollfd; poll only writes its `revents`.
     unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CS: usize = 64 * 1024;
+
+    fn filled(byte: u8) -> Mapping {
+        let m = Mapping::anonymous(CS).unwrap();
+        // SAFETY: test-only; the mapping is `CS` bytes and nobody else uses it.
+        unsafe { std::ptr::write_bytes(m.as_ptr(), byte, CS) };
+        m
+    }
+
+    fn bytes(m: &mut Mapping) -> &mut [u8] {
+        // SAFETY: test-only; the mapping is `CS` bytes, exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), CS) }
+    }
+
+    /// Every engine: a started write is reaped, accepted, read back through `start_read` /
+    /// `finish_read` and through the prefetcher, and punched.
+    #[test]
+    fn write_reap_read_prefetch_punch() {
+        for page_out in [PageOut::Sync, PageOut::Threads(2), PageOut::IoUring(4)] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = RegionConfig::new(4 * CS, CS, dir.path())
+                .chunk_size(CS)
+                .page_out(page_out)
+                .overlapped_page_in(true)
+                .readahead(true)
+                .resolve(ResolveMode::Copy);
+            let mut io = match SwapIo::create(&config, "t", "test", 4, 4 * CS, false) {
+                Ok(io) => io,
+                // io_uring may be disabled here; the other engines still run.
+                Err(e) if page_out == PageOut::IoUring(4) => {
+                    eprintln!("io_uring unavailable ({e}): skipped");
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let mut data = filled(0x5a);
+            if io.writes_async() {
+                // SAFETY: `data` lives and is unchanged until the write is reaped below.
+                unsafe { io.start_write(2, bytes(&mut data)) }.unwrap();
+                let mut done = Vec::new();
+                while done.is_empty() {
+                    done = io.reap_writes(true);
+                }
+                let d = done.pop().unwrap();
+                assert_eq!(d.chunk, 2);
+                io.accept_write(2, d.result.unwrap());
+                io.recycle(done);
+            } else {
+                assert_eq!(
+                    io.write_now(2, bytes(&mut data)).unwrap(),
+                    WriteOutcome::Written
+                );
+            }
+            assert!(io.is_stored(2) && !io.is_stored(1));
+            let mut back = filled(0);
+            let buf = bytes(&mut back);
+            // SAFETY: `buf` is untouched until `finish_read`.
+            let read = match unsafe { io.start_read(2, buf) } {
+                ReadStart::Done(r) => r,
+                ReadStart::InFlight => io.finish_read(2, buf),
+            };
+            assert!(read.unwrap(), "{page_out:?}");
+            assert!(buf.iter().all(|&b| b == 0x5a));
+            assert!(io.prefetch(2, CS));
+            let mut bounce = filled(0);
+            assert!(io.take_prefetched(2, &mut bounce));
+            io.verify_prefetched(2, bytes(&mut bounce)).unwrap();
+            assert!(bytes(&mut bounce).iter().all(|&b| b == 0x5a));
+            assert!(!io.prefetch(1, CS), "not stored: nothing to read ahead");
+            io.punch(2).unwrap();
+            assert!(!io.is_stored(2) && io.stored_crc(2).is_none());
+        }
+    }
+}

@@ -181,6 +181,7 @@ impl ChunkTable {
     }
 
     /// How many pages of chunk `c` are resident.
+    #[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))] // the invariant check's
     pub fn resident_pages(&self, c: usize) -> usize {
         self.resident
             .count_range(self.first_page(c), self.pages_per_chunk)
