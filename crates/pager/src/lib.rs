@@ -51,10 +51,12 @@ mod region_config;
 mod region_stats;
 mod swap_file;
 mod swap_full;
+mod swap_io;
 mod thread_pool_writer;
 mod thread_start_hook;
 mod uring_writer;
 pub mod userfaultfd;
+mod write_job;
 
 pub use fault_injector::FaultInjector;
 pub use memfd::{page_size, Mapping, Memfd};

@@ -7,34 +7,11 @@
 //! (checksums computed by the handler). Both report completions through an eventfd the handler
 //! polls beside its userfaultfd.
 
-use std::io;
 use std::os::fd::RawFd;
 
-use crate::swap_file::ChunkWrite;
 use crate::thread_pool_writer::ThreadPoolWriter;
 use crate::uring_writer::UringWriter;
-
-/// One chunk to write: `len` bytes at `addr` (the handler's alias mapping of the chunk).
-#[derive(Debug)]
-pub(crate) struct WriteJob {
-    pub chunk: usize,
-    pub addr: usize,
-    pub len: usize,
-    pub target: ChunkWrite,
-}
-
-// SAFETY: `addr` points into the region's alias mapping, which outlives every job: the handler
-// waits for all writes in flight before it exits and the mapping is unmapped only after that.
-// Nobody writes the chunk while its job is in flight (the handler dropped the program's
-// page-table entries for it and serves no fault there until the write completes).
-unsafe impl Send for WriteJob {}
-
-/// A finished write: the chunk and its CRC32C, or the error.
-#[derive(Debug)]
-pub(crate) struct WriteDone {
-    pub chunk: usize,
-    pub result: io::Result<u32>,
-}
+use crate::write_job::{WriteDone, WriteJob};
 
 /// The asynchronous writer of a region.
 #[derive(Debug)]

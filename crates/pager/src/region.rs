@@ -10,23 +10,16 @@ use std::thread::JoinHandle;
 
 use memvisor_policy::PolicySpec;
 
-use crate::chunk_prefetcher::ChunkPrefetcher;
-use crate::demand_reader::DemandReader;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
-use crate::fault_handler::{FaultHandler, HandlerShared};
+use crate::fault_handler::{FaultHandler, HandlerShared, RegionMemory};
 use crate::memfd::{page_size, Mapping, Memfd};
-use crate::page_out_engine::PageOutEngine;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
-use crate::swap_file::SwapFile;
-use crate::swap_full::SwapFullEpisodes;
-use crate::thread_pool_writer::ThreadPoolWriter;
 use crate::thread_start_hook::run_thread_start_hook;
-use crate::uring_writer::UringWriter;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
 
 static REGION_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -96,15 +89,7 @@ impl Region {
         let len = config.size.next_multiple_of(page);
         let chunks = len.div_ceil(cs);
         let budget_chunks = (config.budget / cs).min(chunks);
-
-        let policy =
-            config
-                .policy
-                .build(budget_chunks, None)
-                .map_err(|source| PagerError::Policy {
-                    region: name.clone(),
-                    source,
-                })?;
+        let builder = FaultHandler::builder(&config, &name, budget_chunks)?;
         let mem_err = |op: &'static str| {
             let name = name.clone();
             move |source: io::Error| PagerError::Memory {
@@ -139,10 +124,6 @@ impl Region {
         // would allocate zero pages in the shared file behind the handler's back.
         mapping.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
         alias.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
-        let bounce = match config.resolve {
-            ResolveMode::Copy => Some(Mapping::anonymous(cs).map_err(mem_err("mmap bounce"))?),
-            ResolveMode::AliasContinue => None,
-        };
         // Dirty tracking if asked for and the kernel has it; plain paging otherwise.
         let tracked = if config.dirty_tracking {
             Userfaultfd::new(NEEDED_FEATURES | DIRTY_FEATURES)
@@ -166,23 +147,6 @@ impl Region {
         uffd.register(mapping.addr(), len, mode)
             .map_err(mem_err("UFFDIO_REGISTER"))?;
         let dirty_tracking = pagemap.is_some();
-        let mut swap = SwapFile::create(
-            &config.swap_dir,
-            &seq.to_string(),
-            cs,
-            chunks,
-            config.fault_injector.clone(),
-        )?;
-        let async_page_in = config.async_page_in
-            && config.resolve == ResolveMode::Copy
-            && page_size() == crate::swap_file::DIRECT_ALIGN
-            && cs > page_size();
-        if async_page_in {
-            swap.keep_page_checksums();
-        }
-        let swap_direct = swap.is_direct();
-        let swap_path = swap.path().to_path_buf();
-
         let stop = EventFd::new().map_err(mem_err("eventfd"))?;
         let wake = EventFd::new().map_err(mem_err("eventfd"))?;
         let shared = Arc::new(HandlerShared {
@@ -198,52 +162,10 @@ impl Region {
             started: Condvar::new(),
         });
         shared.stats.chunks.store(chunks as u64, Ordering::Relaxed);
-        let mut handler = FaultHandler::new(
-            shared.clone(),
-            uffd,
-            memfd,
-            mapping.addr(),
-            len,
-            cs,
-            alias,
-            swap,
-            policy,
-            config.policy.clone(),
-            config.resolve,
-            bounce,
-        );
-        handler.sample_interval = config.sample_interval.filter(|i| !i.is_zero());
-        handler.engine = match config.page_out.resolve(cs) {
-            PageOut::Sync | PageOut::Auto => None,
-            PageOut::Threads(n) => Some(PageOutEngine::Threads(
-                ThreadPoolWriter::new(&seq.to_string(), n).map_err(|source| {
-                    PagerError::Thread {
-                        region: name.clone(),
-                        source,
-                    }
-                })?,
-            )),
-            PageOut::IoUring(n) => Some(PageOutEngine::Uring(Box::new(
-                UringWriter::new(n).map_err(mem_err("io_uring setup"))?,
-            ))),
-        };
-        handler.headroom = config.headroom;
-        handler.swap_full = SwapFullEpisodes::new(config.on_swap_full);
-        handler.busy_poll = config.busy_poll;
-        handler.async_page_in = async_page_in;
-        if handler.engine.is_some() && config.overlapped_page_in {
-            // Without io_uring, page-in reads stay synchronous.
-            handler.demand = DemandReader::new().ok();
-        }
-        if config.readahead && config.resolve == ResolveMode::Copy {
-            handler.prefetcher = Some(ChunkPrefetcher::new(&seq.to_string(), cs).map_err(
-                |source| PagerError::Thread {
-                    region: name.clone(),
-                    source,
-                },
-            )?);
-        }
-        handler.pagemap = pagemap;
+        let memory = RegionMemory::new(memfd, alias, mapping.addr(), len, cs);
+        let handler = builder.build(&seq.to_string(), shared.clone(), uffd, memory, pagemap)?;
+        let swap_direct = handler.swap_is_direct();
+        let swap_path = handler.swap_path().to_path_buf();
         let thread = std::thread::Builder::new()
             .name(format!("pager-{seq}"))
             .spawn(move || {

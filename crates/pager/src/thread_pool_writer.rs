@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::event_fd::EventFd;
-use crate::page_out_engine::{WriteDone, WriteJob};
 use crate::thread_start_hook::run_thread_start_hook;
+use crate::write_job::{WriteDone, WriteJob};
 
 /// Finished writes, and the eventfd that announces them.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use io_uring::{opcode, types, IoUring};
 
 use crate::crc32c::crc32c;
 use crate::event_fd::EventFd;
-use crate::page_out_engine::{WriteDone, WriteJob};
+use crate::write_job::{WriteDone, WriteJob};
 
 /// An io_uring for chunk writes.
 pub(crate) struct UringWriter {

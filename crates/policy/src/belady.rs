@@ -1,10 +1,14 @@
 //! [`Belady`]: Belady's optimal offline policy (OPT, MIN).
 
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use crate::eviction_policy::EvictionPolicy;
-use crate::policy_spec::Future;
 use crate::unit_table::{Slot, UnitId, UnitTable};
+
+/// Next-access times of a whole trace, for offline policies: `future[i]` is the index of the next
+/// request for the same unit as request `i`, or `u64::MAX` if there is none.
+pub type Future = Arc<[u64]>;
 
 /// Belady's OPT: the victim is the resident unit whose next request is farthest in the future,
 /// units never requested again first. It needs the whole trace in advance, so it only runs in

@@ -33,7 +33,7 @@ mod unit_table;
 
 pub use aging::Aging;
 pub use arc::Arc;
-pub use belady::Belady;
+pub use belady::{Belady, Future};
 pub use car::Car;
 pub use chunk_queues::ChunkQueues;
 pub use clock::Clock;
@@ -43,7 +43,7 @@ pub use fifo::Fifo;
 pub use lru::Lru;
 pub use mglru::Mglru;
 pub use policy_error::PolicyError;
-pub use policy_spec::{Future, PolicyParams, PolicySpec};
+pub use policy_spec::{PolicyParams, PolicySpec};
 pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 pub use slot_lists::SlotLists;

@@ -4,11 +4,10 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use crate::aging::Aging;
 use crate::arc::Arc as ArcPolicy;
-use crate::belady::Belady;
+use crate::belady::{Belady, Future};
 use crate::car::Car;
 use crate::chunk_queues::ChunkQueues;
 use crate::clock::Clock;
@@ -20,10 +19,6 @@ use crate::policy_error::PolicyError;
 use crate::s3fifo::S3Fifo;
 use crate::sieve::Sieve;
 use crate::unit_table::NO_SLOT;
-
-/// Next-access times of a whole trace, for offline policies: `future[i]` is the index of the next
-/// request for the same unit as request `i`, or `u64::MAX` if there is none.
-pub type Future = Arc<[u64]>;
 
 /// A policy and its parameters.
 #[derive(Debug, Clone, PartialEq)]

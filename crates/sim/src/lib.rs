@@ -17,10 +17,12 @@ mod sweep;
 
 pub use cache_size::{CacheSize, SWEEP_FRACTIONS};
 pub use miss_ratio_plot::miss_ratio_svg;
-pub use request_source::{next_accesses, RequestSource, RequestStream, Requests, SourceProfile};
+pub use request_source::{
+    next_accesses, RequestSource, RequestStream, Requests, SourceProfile, BATCH,
+};
 pub use sim_error::SimError;
 pub use simulation::{
-    simulate, simulate_stream, SamplePeriod, SimConfig, SimOutcome, BATCH, DEFAULT_SAMPLE_ACCESSES,
+    simulate, simulate_stream, SamplePeriod, SimConfig, SimOutcome, DEFAULT_SAMPLE_ACCESSES,
     MAX_SAMPLES_PER_GAP, PROGRESS_EVERY,
 };
 pub use svg_document::{escape as svg_escape, nice_ceiling, svg_document};

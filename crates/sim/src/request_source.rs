@@ -9,6 +9,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::sim_error::SimError;
 
+/// Requests read per batch by [`simulate_stream`](crate::simulate_stream).
+pub const BATCH: usize = 4096;
+
 /// A stream of requests that can be opened any number of times, each time from the start.
 #[derive(Debug, Clone)]
 pub enum RequestSource {
@@ -95,10 +98,10 @@ impl RequestSource {
         let mut units: FxHashSet<u64> = FxHashSet::default();
         let mut ids: Vec<u64> = Vec::new();
         let mut stream = self.stream()?;
-        let mut batch = Vec::with_capacity(crate::simulation::BATCH);
+        let mut batch = Vec::with_capacity(BATCH);
         loop {
             batch.clear();
-            let more = stream.next_batch(&mut batch, crate::simulation::BATCH)?;
+            let more = stream.next_batch(&mut batch, BATCH)?;
             requests += batch.len() as u64;
             for r in &batch {
                 units.insert(r.unit);

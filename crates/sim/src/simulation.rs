@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use memvisor_policy::{Access, EvictionPolicy, InformationModel};
 use memvisor_trace::Request;
 
-use crate::request_source::RequestStream;
+use crate::request_source::{RequestStream, BATCH};
 use crate::sim_error::SimError;
 
 /// When the driver calls [`EvictionPolicy::on_sample`].
@@ -70,9 +70,6 @@ pub struct SimOutcome {
 
 /// How often [`simulate`] reports progress, in requests.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
-
-/// Requests read per batch by [`simulate_stream`].
-pub const BATCH: usize = 4096;
 
 /// Runs `requests` through `policy`; calls `progress(n)` every [`PROGRESS_EVERY`] requests and
 /// at the end with the number processed since the previous call. Stops with `Cancelled` when

@@ -4,12 +4,7 @@
 //! guests (a boot hangs), so TCG is the default and KVM is used only when `MEMVISOR_ACCEL=kvm`
 //! forces it or `MEMVISOR_ACCEL=auto` finds that a short real boot under KVM succeeds.
 
-use std::sync::OnceLock;
-use std::time::Duration;
-
 use crate::error::{Result, TestVmError};
-use crate::guest_config::GuestConfig;
-use crate::guest_image::GuestImage;
 
 /// A QEMU accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +37,6 @@ pub enum AccelChoice {
     Auto,
 }
 
-/// How long the KVM probe's guest may take; a working KVM boots in well under a second.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-static KVM_WORKS: OnceLock<bool> = OnceLock::new();
-
 impl AccelChoice {
     /// Parses a `MEMVISOR_ACCEL` value.
     pub fn parse(value: &str) -> Result<Self> {
@@ -60,39 +50,18 @@ impl AccelChoice {
         }
     }
 
-    /// The accelerator to use; may boot a probe guest (once per process) for `Auto`.
-    pub fn resolve(self, image: &GuestImage) -> Result<Accel> {
+    /// The accelerator to use; for `Auto`, asks `kvm_works` (the probe,
+    /// [`kvm_works`](crate::kvm_works), which may boot a guest once per process).
+    pub fn resolve(self, kvm_works: impl FnOnce() -> bool) -> Result<Accel> {
         match self {
             AccelChoice::Fixed(accel) => Ok(accel),
-            AccelChoice::Auto => Ok(if kvm_works(image) {
-                Accel::Kvm
-            } else {
-                Accel::Tcg
-            }),
+            AccelChoice::Auto => Ok(if kvm_works() { Accel::Kvm } else { Accel::Tcg }),
             AccelChoice::FromEnv => match std::env::var("MEMVISOR_ACCEL") {
-                Ok(value) if !value.is_empty() => Self::parse(&value)?.resolve(image),
+                Ok(value) if !value.is_empty() => Self::parse(&value)?.resolve(kvm_works),
                 _ => Ok(Accel::Tcg),
             },
         }
     }
-}
-
-/// True if `/dev/kvm` opens read-write and a no-op guest boots and powers off under KVM within
-/// [`PROBE_TIMEOUT`]. The answer is cached for the process.
-pub fn kvm_works(image: &GuestImage) -> bool {
-    *KVM_WORKS.get_or_init(|| {
-        let openable = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/kvm")
-            .is_ok();
-        openable
-            && GuestConfig::new(128, "noop")
-                .accel(AccelChoice::Fixed(Accel::Kvm))
-                .timeout(PROBE_TIMEOUT)
-                .run(image)
-                .is_ok_and(|run| run.ok())
-    })
 }
 
 #[cfg(test)]
@@ -119,18 +88,14 @@ mod tests {
 
     #[test]
     fn fixed_choices_resolve_without_probing() {
-        let image = GuestImage {
-            dir: "/nonexistent".into(),
-            kernel: "/nonexistent/vmlinuz".into(),
-            initramfs: "/nonexistent/initramfs.cpio".into(),
-            workload: "/nonexistent/workload".into(),
-        };
+        // A probe that would say KVM works: fixed choices never ask it.
+        let image = || true;
         assert_eq!(
-            AccelChoice::Fixed(Accel::Kvm).resolve(&image).unwrap(),
+            AccelChoice::Fixed(Accel::Kvm).resolve(image).unwrap(),
             Accel::Kvm
         );
         assert_eq!(
-            AccelChoice::Fixed(Accel::Tcg).resolve(&image).unwrap(),
+            AccelChoice::Fixed(Accel::Tcg).resolve(image).unwrap(),
             Accel::Tcg
         );
     }

@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::accel::{Accel, AccelChoice};
@@ -211,7 +212,7 @@ impl GuestConfig {
             return invalid(format!("{} CPUs is outside 1..=64", self.cpus));
         }
         let cmdline = self.kernel_cmdline()?;
-        let accel = self.accel.resolve(image)?;
+        let accel = self.accel.resolve(|| kvm_works(image))?;
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
         push(&[
@@ -283,6 +284,29 @@ impl GuestConfig {
     pub fn run(&self, image: &GuestImage) -> Result<GuestRun> {
         RunningGuest::spawn(self.command(image)?)?.wait(self.timeout)
     }
+}
+
+/// How long the KVM probe's guest may take; a working KVM boots in well under a second.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+static KVM_WORKS: OnceLock<bool> = OnceLock::new();
+
+/// True if `/dev/kvm` opens read-write and a no-op guest boots and powers off under KVM within
+/// [`PROBE_TIMEOUT`]. The answer is cached for the process.
+pub fn kvm_works(image: &GuestImage) -> bool {
+    *KVM_WORKS.get_or_init(|| {
+        let openable = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok();
+        openable
+            && GuestConfig::new(128, "noop")
+                .accel(AccelChoice::Fixed(Accel::Kvm))
+                .timeout(PROBE_TIMEOUT)
+                .run(image)
+                .is_ok_and(|run| run.ok())
+    })
 }
 
 #[cfg(test)]

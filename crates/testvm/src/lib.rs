@@ -35,9 +35,9 @@ mod qemu_binary;
 mod result_line;
 mod running_guest;
 
-pub use accel::{kvm_works, Accel, AccelChoice};
+pub use accel::{Accel, AccelChoice};
 pub use error::{Result, TestVmError};
-pub use guest_config::{DiskCache, DiskConfig, GuestConfig, MemoryBackend};
+pub use guest_config::{kvm_works, DiskCache, DiskConfig, GuestConfig, MemoryBackend};
 pub use guest_image::GuestImage;
 pub use guest_run::GuestRun;
 pub use process_group::process_exists;

@@ -1,18 +1,18 @@
-//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to
-//! the [`PageOutEngine`] and goes on serving faults; the chunk stays in memory, in state
-//! `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
-//! chunk being written is served at completion by keeping the chunk (no read needed). A
-//! headroom of free chunks is kept ahead of demand, so a page-in seldom waits for a write.
+//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to the
+//! [`PageOutEngine`](crate::page_out_engine::PageOutEngine) (through
+//! [`SwapIo`](crate::swap_io::SwapIo)) and goes on serving faults; the chunk stays in memory, in
+//! state `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
+//! chunk being written is served at completion by keeping the chunk (no read needed). A headroom of
+//! free chunks is kept ahead of demand, so a page-in seldom waits for a write.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use super::{ChunkState, FaultHandler, Fill};
-use crate::page_out_engine::{WriteDone, WriteJob};
 use crate::pager_error::PagerError;
 use crate::region_stats::add;
 use crate::swap_file::is_zero;
 use crate::swap_full::{is_out_of_space, SwapFigures};
+use crate::write_job::WriteDone;
 
 impl FaultHandler {
     /// Starts writing dirty chunk `v` (entries already dropped, written state harvested).
@@ -20,36 +20,26 @@ impl FaultHandler {
     pub(super) fn start_write(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
         // SAFETY: the alias mapping covers the region; nobody writes the chunk now (its
         // registered entries are gone, so program accesses fault and wait for this thread).
-        let data = unsafe { std::slice::from_raw_parts(self.alias.as_ptr().add(start), len) };
+        let data =
+            unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start), len) };
         if is_zero(data) {
-            if let Err(source) = self.swap.punch(v) {
+            if let Err(source) = self.io.punch(v) {
                 self.write_failed(v, start, source);
                 return Err(());
             }
             add(&self.stats().zero_page_outs, 1);
-            self.dirty[v] = false;
+            self.chunks.set_written(v, false);
             return self.drop_chunk(v, start, len);
         }
-        let target = match self.swap.prepare_write(v, data) {
-            Ok(t) => t,
-            Err(source) => {
-                self.write_failed(v, start, source);
-                return Err(());
-            }
-        };
-        // The bytes the write will carry: nobody changes them until it completes.
-        self.swap.set_page_checksums(v, data);
-        let Some(engine) = self.engine.as_mut() else {
+        // SAFETY: `data` is the chunk's part of the alias mapping, which outlives every write in
+        // flight (the handler reaps them all before it exits, and `io` is dropped before `memory`,
+        // which holds the alias); nobody writes it until the write is reaped: the chunk is
+        // `Writing`, its registered entries are gone, and faults on it wait for the completion.
+        if let Err(source) = unsafe { self.io.start_write(v, data) } {
+            self.write_failed(v, start, source);
             return Err(());
-        };
-        engine.submit(WriteJob {
-            chunk: v,
-            addr: self.alias.as_ptr() as usize + start,
-            len,
-            target,
-        });
-        self.states[v] = ChunkState::Writing;
-        self.writing += 1;
+        }
+        self.chunks.start_writing(v);
         Ok(())
     }
 
@@ -59,23 +49,24 @@ impl FaultHandler {
         add(&self.stats().write_errors, 1);
         let out_of_space = is_out_of_space(&source);
         if out_of_space {
-            let cs = self.chunk_size as u64;
+            let cs = self.memory.chunk_size as u64;
             let figures = SwapFigures {
                 region: &self.shared.name,
-                swap_path: self.swap.path(),
-                swap_file: self.swap.file(),
+                swap_path: self.io.path(),
+                swap_file: self.io.file(),
                 resident: self.stats().resident_chunks.load(Ordering::Relaxed) * cs,
                 budget: self.shared.budget_chunks.load(Ordering::Relaxed) as u64 * cs,
                 chunk: cs,
             };
-            self.swap_full
+            self.page_out_options
+                .swap_full
                 .write_failed(&self.shared.stats, &figures, &source);
         }
         let e = PagerError::SwapWrite {
             region: self.shared.name.clone(),
             chunk: v as u64,
             offset: start as u64,
-            path: self.swap.path().to_path_buf(),
+            path: self.io.path().to_path_buf(),
             source,
         };
         if out_of_space {
@@ -88,43 +79,32 @@ impl FaultHandler {
     /// Takes the finished writes and completes each; with `block`, waits until at least one has
     /// finished (if any is in flight).
     pub(super) fn reap_writes(&mut self, block: bool) {
-        let mut done = std::mem::take(&mut self.done_buf);
-        if let Some(engine) = self.engine.as_mut() {
-            loop {
-                engine.take_done(&mut done);
-                if !done.is_empty() || !block || self.writing == 0 {
-                    break;
-                }
-                // A bounded wait: `take_done` also retries submissions the kernel refused.
-                wait_readable(engine.completion_fd(), Duration::from_millis(10));
-            }
-        }
+        let wait = block && self.chunks.writing() > 0;
+        let mut done = self.io.reap_writes(wait);
         for d in done.drain(..) {
             self.finish_write(d);
         }
-        self.done_buf = done;
+        self.io.recycle(done);
     }
 
     /// Completes one write: the chunk leaves memory, or stays if a fault asked for it
     /// meanwhile or the write failed (then as overrun, retried later).
     fn finish_write(&mut self, d: WriteDone) {
         let v = d.chunk;
-        if self.states.get(v) != Some(&ChunkState::Writing) {
+        let Some(rescue) = self.chunks.finish_writing(v) else {
             return;
-        }
-        self.writing -= 1;
-        self.states[v] = ChunkState::In;
+        };
         let (start, len) = self.chunk_range(v);
-        let rescue = std::mem::take(&mut self.rescue[v]);
         match d.result {
             Ok(crc) => {
-                self.swap.record_written(v, crc);
-                self.swap_full
+                self.io.accept_write(v, crc);
+                self.page_out_options
+                    .swap_full
                     .write_succeeded(&self.shared.stats, &self.shared.name);
                 add(&self.stats().page_outs, 1);
                 add(&self.stats().bytes_written, len as u64);
                 // Swap now holds exactly the memory's content.
-                self.dirty[v] = false;
+                self.chunks.set_written(v, false);
                 if rescue {
                     add(&self.stats().rescued_chunks, 1);
                     self.remap(start, len);
@@ -163,24 +143,23 @@ impl FaultHandler {
     }
 
     fn push_overrun(&mut self, v: usize) {
-        self.overrun.push(v);
+        self.chunks.push_overrun(v);
         add(&self.stats().overrun_chunks, 1);
     }
 
     /// With an engine, waits until fewer writes than its depth are in flight.
     pub(super) fn wait_for_write_slot(&mut self) {
-        let depth = match &self.engine {
-            Some(e) => e.depth(),
-            None => return,
+        let Some(depth) = self.io.write_depth() else {
+            return;
         };
-        while self.writing >= depth {
+        while self.chunks.writing() >= depth {
             self.reap_writes(true);
         }
     }
 
     /// Waits until chunk `c` is not being written.
     pub(super) fn wait_for_write(&mut self, c: usize) {
-        while self.states.get(c) == Some(&ChunkState::Writing) {
+        while self.chunks.is(c, ChunkState::Writing) {
             self.reap_writes(true);
         }
     }
@@ -195,28 +174,17 @@ impl FaultHandler {
     /// [`keep_headroom`](Self::keep_headroom) as if `incoming` more chunks were resident
     /// already (during a page-in, before the chunk is admitted).
     pub(super) fn keep_headroom_for(&mut self, incoming: usize) {
-        let Some(depth) = self.engine.as_ref().map(|e| e.depth()) else {
+        let Some(depth) = self.io.write_depth() else {
             return;
         };
         // A quarter of the budget at most: headroom is memory the policy does not use.
         let cap = self.policy.capacity();
-        let target = cap - self.headroom.min(cap / 4);
-        while self.policy.len() + incoming > target && self.writing < depth {
+        let target = cap - self.page_out_options.headroom.min(cap / 4);
+        while self.policy.len() + incoming > target && self.chunks.writing() < depth {
             match self.policy.evict() {
                 Some(v) => self.evict_or_overrun(v as usize),
                 None => break,
             }
         }
     }
-}
-
-/// Waits until `fd` is readable or `timeout` passes.
-fn wait_readable(fd: i32, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd; poll only writes its `revents`.
-    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
 }

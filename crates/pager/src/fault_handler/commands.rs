@@ -36,7 +36,7 @@ impl FaultHandler {
     /// policy in the order the old one would have evicted them (least valuable first), so the
     /// new policy starts with the same ranking; any that no longer fit are paged out now.
     fn rebuild_policy(&mut self, spec: PolicySpec, capacity: usize) -> Result<(), PagerError> {
-        let capacity = capacity.clamp(1, self.states.len());
+        let capacity = capacity.clamp(1, self.chunks.len());
         let mut new = spec
             .build(capacity, None)
             .map_err(|source| PagerError::Policy {
@@ -63,7 +63,7 @@ impl FaultHandler {
             self.evict_or_overrun(v);
         }
         // The excess is out of memory when the caller hears back.
-        while self.writing > 0 {
+        while self.chunks.writing() > 0 {
             self.reap_writes(true);
         }
         Ok(())
@@ -74,10 +74,10 @@ impl FaultHandler {
     /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out,
     /// during a page-in, between the read and the mapping.
     fn discard(&mut self, offset: usize, len: usize) {
-        let end = (offset + len).min(self.len);
+        let end = (offset + len).min(self.memory.len);
         let mut at = offset;
         while at < end {
-            let c = at / self.chunk_size;
+            let c = at / self.memory.chunk_size;
             self.wait_for_write(c);
             let (start, clen) = self.chunk_range(c);
             let to = end.min(start + clen);
@@ -91,30 +91,29 @@ impl FaultHandler {
     }
 
     fn discard_chunk(&mut self, c: usize, start: usize, len: usize) {
-        let was_stored = self.swap.is_stored(c);
+        let was_stored = self.io.is_stored(c);
         if was_stored {
-            if let Err(e) = self.swap.punch(c) {
+            if let Err(e) = self.io.punch(c) {
                 self.memory_error("punch discarded swap copy", start, len, e);
             }
         }
-        match self.states[c] {
+        let Some(state) = self.chunks.state(c) else {
+            return;
+        };
+        match state {
             ChunkState::In => {
                 // Punching the memfd also drops every mapping's entries for these pages, so the
                 // next access is a missing fault and reads zeros.
-                if let Err(e) = self.memfd.punch_hole(start, len) {
+                if let Err(e) = self.memory.memfd.punch_hole(start, len) {
                     // The pages stay: zero them in place instead.
                     self.memory_error("punch discarded chunk", start, len, e);
                     self.zero_in_memory(c, start, len);
                     return;
                 }
-                if !self.policy.remove(c as u64) {
-                    if let Some(i) = self.overrun.iter().position(|&o| o == c) {
-                        self.overrun.swap_remove(i);
-                        sub(&self.stats().overrun_chunks, 1);
-                    }
+                if !self.policy.remove(c as u64) && self.chunks.remove_overrun(c) {
+                    sub(&self.stats().overrun_chunks, 1);
                 }
-                self.states[c] = ChunkState::Out;
-                self.dirty[c] = false;
+                self.chunks.set_out(c);
                 sub(&self.stats().resident_chunks, 1);
             }
             ChunkState::Out => {
@@ -125,14 +124,14 @@ impl FaultHandler {
             ChunkState::Writing => return,
             ChunkState::Poisoned => {
                 // Poison markers live in the page tables: punching the range drops them.
-                if let Err(e) = self.memfd.punch_hole(start, len) {
+                if let Err(e) = self.memory.memfd.punch_hole(start, len) {
                     self.memory_error("punch discarded poisoned chunk", start, len, e);
                 }
                 if let Err(e) = self.registered_dontneed(start, len) {
                     self.memory_error("MADV_DONTNEED (reset poisoned chunk)", start, len, e);
                     return;
                 }
-                self.states[c] = ChunkState::Out;
+                self.chunks.reset_poisoned(c);
                 sub(&self.stats().poisoned_chunks, 1);
             }
         }
@@ -141,12 +140,15 @@ impl FaultHandler {
 
     /// Zeroes `[at, at + len)` of chunk `c` (offsets within the chunk).
     fn discard_part(&mut self, c: usize, at: usize, len: usize) {
-        let start = c * self.chunk_size;
-        match self.states[c] {
+        let start = c * self.memory.chunk_size;
+        let Some(state) = self.chunks.state(c) else {
+            return;
+        };
+        match state {
             ChunkState::In => self.zero_in_memory(c, start + at, len),
             // Zeroed between the read and the mapping: the page-in may evict the chunk again
             // at once (headroom), so zeroing it afterwards could miss.
-            ChunkState::Out if self.swap.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
+            ChunkState::Out if self.io.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
             // Never stored: already zero. Poisoned: the rest of the chunk is lost anyway.
             // (Writing: waited for by the caller.)
             ChunkState::Out | ChunkState::Poisoned | ChunkState::Writing => {}
@@ -159,11 +161,11 @@ impl FaultHandler {
         // SAFETY: the alias mapping covers the whole region, so the range is inside it; the
         // program may race with its own discard, as with madvise, but no Rust reference to
         // these bytes exists.
-        unsafe { std::ptr::write_bytes(self.alias.as_ptr().add(start), 0, len) };
-        self.dirty[c] = true;
-        if self.swap.is_stored(c) {
+        unsafe { std::ptr::write_bytes(self.memory.alias.as_ptr().add(start), 0, len) };
+        self.chunks.set_written(c, true);
+        if self.io.is_stored(c) {
             let (cstart, clen) = self.chunk_range(c);
-            match self.swap.punch(c) {
+            match self.io.punch(c) {
                 Ok(()) => add(&self.stats().stale_punches, 1),
                 Err(e) => self.memory_error("punch stale swap copy", cstart, clen, e),
             }

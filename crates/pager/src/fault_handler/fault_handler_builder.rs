@@ -1,0 +1,101 @@
+//! [`FaultHandlerBuilder`]: builds a [`FaultHandler`] whole from a [`RegionConfig`], in two
+//! steps around the region's own setup: [`FaultHandler::builder`] makes what can fail before
+//! any memory exists (the policy), [`build`](FaultHandlerBuilder::build) the rest once the
+//! memory is mapped and registered (bounce buffer, swap I/O, chunk table, options).
+
+use std::sync::Arc;
+
+use memvisor_policy::EvictionPolicy;
+
+use super::chunk_table::ChunkTable;
+use super::options::{LoopTiming, PageInOptions, PageOutOptions};
+use super::region_memory::RegionMemory;
+use super::{FaultHandler, HandlerShared};
+use crate::memfd::Mapping;
+use crate::pagemap::Pagemap;
+use crate::pager_error::PagerError;
+use crate::region_config::{RegionConfig, ResolveMode};
+use crate::swap_io::SwapIo;
+use crate::userfaultfd::Userfaultfd;
+
+/// A fault handler under construction: its configuration and its policy.
+pub(crate) struct FaultHandlerBuilder<'a> {
+    config: &'a RegionConfig,
+    policy: Box<dyn EvictionPolicy>,
+}
+
+impl FaultHandler {
+    /// Starts building the handler of region `region` as `config` says, with a budget of
+    /// `budget_chunks`: builds its policy, so a bad policy is refused before the region sets
+    /// anything up.
+    pub fn builder<'a>(
+        config: &'a RegionConfig,
+        region: &str,
+        budget_chunks: usize,
+    ) -> Result<FaultHandlerBuilder<'a>, PagerError> {
+        let policy =
+            config
+                .policy
+                .build(budget_chunks, None)
+                .map_err(|source| PagerError::Policy {
+                    region: region.to_string(),
+                    source,
+                })?;
+        Ok(FaultHandlerBuilder { config, policy })
+    }
+}
+
+impl FaultHandlerBuilder<'_> {
+    /// The finished handler of `memory`, registered with `uffd` (write-protected when
+    /// `pagemap`, dirty tracking, is given); `shared` is what the region sees of it; `tag`
+    /// names the swap file and the handler's helper threads.
+    pub fn build(
+        self,
+        tag: &str,
+        shared: Arc<HandlerShared>,
+        uffd: Userfaultfd,
+        memory: RegionMemory,
+        pagemap: Option<Pagemap>,
+    ) -> Result<FaultHandler, PagerError> {
+        let config = self.config;
+        let name = shared.name.clone();
+        let chunks = memory.chunks();
+        let bounce = match config.resolve {
+            ResolveMode::Copy => Some(Mapping::anonymous(memory.chunk_size).map_err(|source| {
+                PagerError::Memory {
+                    region: name.clone(),
+                    op: "mmap bounce",
+                    offset: 0,
+                    len: memory.len,
+                    source,
+                }
+            })?),
+            ResolveMode::AliasContinue => None,
+        };
+        let page_in_options = PageInOptions::from_config(config, bounce);
+        let io = SwapIo::create(
+            config,
+            tag,
+            &name,
+            chunks,
+            memory.len,
+            page_in_options.async_page_in,
+        )?;
+        Ok(FaultHandler {
+            shared,
+            uffd,
+            io,
+            chunks: ChunkTable::new(chunks, memory.chunk_size / memory.page),
+            memory,
+            policy: self.policy,
+            policy_spec: config.policy.clone(),
+            timing: LoopTiming::from_config(config),
+            page_in_options,
+            page_out_options: PageOutOptions::from_config(config),
+            pagemap,
+            last_page_in: None,
+            fault_offset: None,
+            uffd_error_logged: false,
+        })
+    }
+}

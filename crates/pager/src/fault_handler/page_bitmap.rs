@@ -1,0 +1,92 @@
+//! [`PageBitmap`]: one bit per page of a region, set and cleared by page or by run of pages.
+
+/// A fixed-size bitmap, one bit per page.
+#[derive(Debug, Clone)]
+pub(crate) struct PageBitmap {
+    words: Vec<u64>,
+    bits: usize,
+}
+
+impl PageBitmap {
+    /// A bitmap of `bits` bits, all clear.
+    pub fn new(bits: usize) -> Self {
+        Self {
+            words: vec![0; bits.div_ceil(64)],
+            bits,
+        }
+    }
+
+    /// Bit `i`; `false` beyond the end.
+    pub fn get(&self, i: usize) -> bool {
+        i < self.bits && self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Sets bit `i` to `value` (no-op beyond the end).
+    pub fn set(&mut self, i: usize, value: bool) {
+        self.set_range(i, 1, value);
+    }
+
+    /// Sets bits `[first, first + n)` to `value`, clipped to the end.
+    pub fn set_range(&mut self, first: usize, n: usize, value: bool) {
+        let end = first.saturating_add(n).min(self.bits);
+        let mut i = first;
+        while i < end {
+            let bit = i % 64;
+            let take = (64 - bit).min(end - i);
+            let mask = if take == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << take) - 1) << bit
+            };
+            if value {
+                self.words[i / 64] |= mask;
+            } else {
+                self.words[i / 64] &= !mask;
+            }
+            i += take;
+        }
+    }
+
+    /// How many of bits `[first, first + n)` are set (clipped to the end).
+    pub fn count_range(&self, first: usize, n: usize) -> usize {
+        let end = first.saturating_add(n).min(self.bits);
+        let mut i = first;
+        let mut count = 0;
+        while i < end {
+            let bit = i % 64;
+            let take = (64 - bit).min(end - i);
+            let word = self.words[i / 64] >> bit;
+            let word = if take == 64 {
+                word
+            } else {
+                word & ((1u64 << take) - 1)
+            };
+            count += word.count_ones() as usize;
+            i += take;
+        }
+        count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cross_word_boundaries() {
+        let mut b = PageBitmap::new(200);
+        b.set_range(60, 10, true);
+        assert_eq!(b.count_range(0, 200), 10);
+        assert!(!b.get(59) && b.get(60) && b.get(69) && !b.get(70));
+        b.set(64, false);
+        assert_eq!(b.count_range(60, 10), 9);
+        b.set_range(0, 200, true);
+        assert_eq!(b.count_range(0, 200), 200);
+        assert_eq!(b.count_range(128, 64), 64);
+        b.set_range(190, 100, false);
+        assert_eq!(b.count_range(0, 1000), 190);
+        assert!(!b.get(500), "beyond the end reads clear");
+        b.set(500, true);
+        assert_eq!(b.count_range(0, 1000), 190);
+    }
+}
