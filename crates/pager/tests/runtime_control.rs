@@ -80,7 +80,18 @@ fn budget_changes_take_effect_at_once_and_lose_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let r = region_with(dir.path(), 12, 6, mode, page_out);
         fill_all(&r);
-        assert_eq!(r.stats().resident_chunks, 6);
+        if page_out == PageOut::Sync {
+            assert_eq!(r.stats().resident_chunks, 6, "{mode:?}");
+        } else {
+            // Asynchronous page-out keeps a headroom (a quarter of the budget at most, here
+            // one chunk) free once the last victim's write completes, which may or may not
+            // have happened yet.
+            let s = r.stats();
+            assert!(
+                (5..=6).contains(&s.resident_chunks),
+                "{mode:?} {page_out}: {s:?}"
+            );
+        }
         r.set_budget(2 * r.chunk_size()).unwrap();
         assert_eq!(r.budget_chunks(), 2);
         assert_eq!(r.budget_bytes(), 2 * r.chunk_size());
