@@ -1,20 +1,15 @@
 //! The checks `memvisor run` makes of `--swap-dir` before the program starts: that it is a
 //! directory memvisor can create swap files in, and that its filesystem has room for them.
 //!
+//! The probe is a real swap file made the way the pager makes them ([`SwapFile::create`]):
 //! `memvisor run` usually runs as root and the default swap directory (`/var/tmp`) is
-//! world-writable, so the check never creates a named file there: it opens a nameless file
-//! (`O_TMPFILE`), or, on a filesystem without it, a new file with `O_CREAT|O_EXCL|O_NOFOLLOW`
-//! (a name another user planted, symlink or not, is refused, never followed or truncated).
+//! world-writable, and a swap file never has a name there that another user could plant a
+//! link at (`O_TMPFILE`, or `O_CREAT|O_EXCL|O_NOFOLLOW` unlinked at once).
 
-use std::ffi::CString;
-use std::fs::OpenOptions;
-use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use memvisor_control::format_bytes;
+use memvisor_pager::SwapFile;
 
 /// What the swap directory can hold, as far as `memvisor run` can tell before the start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +43,11 @@ pub fn check_swap_dir(
     if !meta.is_dir() {
         return Err("not a directory".into());
     }
-    probe_create(dir)
+    let probe = SwapFile::create(dir, "probe", 4096, 1, None)
         .map_err(|e| format!("not writable: cannot create a swap file there ({e})"))?;
-    let free = free_bytes(dir).map_err(|e| format!("cannot read its free space ({e})"))?;
+    let free = probe
+        .free_bytes()
+        .map_err(|e| format!("cannot read its free space ({e})"))?;
     if free < chunk {
         return Err(format!(
             "only {} free on its filesystem, less than one chunk ({})",
@@ -73,49 +70,6 @@ pub fn check_swap_dir(
     Ok(SwapRoom::Sparse { free, need })
 }
 
-/// Creates and closes a file in `dir` that never has a name (or, without `O_TMPFILE`, one
-/// that did not exist before and is removed at once).
-fn probe_create(dir: &Path) -> io::Result<()> {
-    let tmpfile = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-        .open(dir);
-    match tmpfile {
-        Ok(_) => Ok(()),
-        // EOPNOTSUPP: the filesystem has no O_TMPFILE; EISDIR: the kernel predates it.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let probe = dir.join(format!(".memvisor-probe-{}-{nanos:09}", std::process::id()));
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&probe)?;
-            std::fs::remove_file(&probe)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Bytes an unprivileged writer may still use on `dir`'s filesystem (`statvfs` `f_bavail`).
-pub fn free_bytes(dir: &Path) -> io::Result<u64> {
-    let path = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-    // SAFETY: statvfs is plain data; all zeros is a valid value for the kernel to overwrite.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a NUL-terminated string and `st` a valid, writable statvfs.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,9 +81,16 @@ mod tests {
         std::fs::write(&victim, b"DATA").unwrap();
         let swap = dir.path().join("swap");
         std::fs::create_dir(&swap).unwrap();
-        for pid in std::process::id()..std::process::id() + 50 {
-            std::os::unix::fs::symlink(&victim, swap.join(format!(".memvisor-probe-{pid}")))
+        // The names the old probe and a named swap file would take.
+        for n in 0..25 {
+            let pid = std::process::id();
+            std::os::unix::fs::symlink(&victim, swap.join(format!(".memvisor-probe-{}", pid + n)))
                 .unwrap();
+            std::os::unix::fs::symlink(
+                &victim,
+                swap.join(format!("memvisor-swap-{pid}-probe-{n}")),
+            )
+            .unwrap();
         }
         let room = check_swap_dir(&swap, 4096, 1 << 20, 0, false).unwrap();
         assert_eq!(room, SwapRoom::Enough);
@@ -141,7 +102,10 @@ mod tests {
     #[test]
     fn room_is_checked_against_the_arena() {
         let dir = tempfile::tempdir().unwrap();
-        let free = free_bytes(dir.path()).unwrap();
+        let free = SwapFile::create(dir.path(), "t", 4096, 1, None)
+            .unwrap()
+            .free_bytes()
+            .unwrap();
         assert!(free > 0);
         let huge = free.saturating_mul(4).max(1 << 50);
         assert!(matches!(

@@ -241,9 +241,17 @@ impl SwapFile {
         &self.path
     }
 
-    /// The open file (for its filesystem's free space).
-    pub(crate) fn file(&self) -> &File {
-        &self.file
+    /// Bytes an unprivileged writer may still use on the file's filesystem (`fstatvfs`
+    /// `f_bavail`): how much more can be paged out.
+    pub fn free_bytes(&self) -> io::Result<u64> {
+        // SAFETY: statvfs is plain data; all zeros is a valid value for the kernel to overwrite.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: the descriptor is open for the duration of the call; `st` is valid and
+        // writable.
+        if unsafe { libc::fstatvfs(self.file.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
     }
 
     /// Whether I/O bypasses the page cache (`O_DIRECT`).

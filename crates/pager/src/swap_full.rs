@@ -13,12 +13,11 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::str::FromStr;
 use std::time::Instant;
 
 use crate::region_stats::{add, StatsCounters};
+use crate::swap_file::SwapFile;
 
 /// What a region does while its swap filesystem is full.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,9 +63,8 @@ pub(crate) fn is_out_of_space(e: &io::Error) -> bool {
 pub(crate) struct SwapFigures<'a> {
     /// The region's name.
     pub region: &'a str,
-    /// The swap file (its name in messages) and the open file, for its filesystem's space.
-    pub swap_path: &'a Path,
-    pub swap_file: &'a std::fs::File,
+    /// The swap file (its name in messages, its filesystem's free space).
+    pub swap: &'a SwapFile,
     /// Bytes resident now and the budget.
     pub resident: u64,
     pub budget: u64,
@@ -120,8 +118,10 @@ impl SwapFullEpisodes {
                  filesystem); resident {} of a {} budget; {action}. Further failures are \
                  counted, not printed (memvisor stat: swap-full).",
                 figures.region,
-                figures.swap_path.display(),
-                free_space(figures.swap_file)
+                figures.swap.path().display(),
+                figures
+                    .swap
+                    .free_bytes()
                     .map(format_bytes)
                     .unwrap_or_else(|_| "unknown".into()),
                 format_bytes(figures.resident),
@@ -130,7 +130,10 @@ impl SwapFullEpisodes {
         }
         // A write submitted before the process was stopped and continued can report its
         // failure afterwards: stop only while the filesystem is still short of a chunk.
-        let still_full = free_space(figures.swap_file).map_or(true, |free| free < figures.chunk);
+        let still_full = figures
+            .swap
+            .free_bytes()
+            .map_or(true, |free| free < figures.chunk);
         if self.action == OnSwapFull::Stop && still_full {
             eprintln!(
                 "memvisor-pager: region {}: stopping process {} (SIGSTOP) while swap is full; \
@@ -138,7 +141,7 @@ impl SwapFullEpisodes {
                  or SIGKILL to end it.",
                 figures.region,
                 std::process::id(),
-                figures.swap_path.display(),
+                figures.swap.path().display(),
                 std::process::id(),
             );
             // SAFETY: plain syscalls on this process; SIGSTOP stops every thread, this one
@@ -163,17 +166,6 @@ impl SwapFullEpisodes {
         );
         self.failures = 0;
     }
-}
-
-/// Bytes free to unprivileged writers on the filesystem of `file`.
-fn free_space(file: &std::fs::File) -> io::Result<u64> {
-    // SAFETY: statvfs is plain data; all zeros is a valid value for the kernel to overwrite.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: the descriptor is open for the duration of the call; `st` is valid and writable.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// `bytes` in the largest binary unit that keeps it at least 1 (`224M`, `1.5G`).
@@ -209,12 +201,11 @@ mod tests {
     #[test]
     fn failures_are_grouped_into_episodes() {
         let stats = StatsCounters::default();
-        let file = tempfile::tempfile().unwrap();
-        let path = Path::new("/tmp/swap");
+        let dir = tempfile::tempdir().unwrap();
+        let swap = SwapFile::create(dir.path(), "t", 4096, 1, None).unwrap();
         let figures = SwapFigures {
             region: "r",
-            swap_path: path,
-            swap_file: &file,
+            swap: &swap,
             resident: 3 << 20,
             budget: 1 << 20,
             chunk: 1 << 20,

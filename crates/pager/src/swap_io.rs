@@ -5,7 +5,6 @@
 //! those decisions need. It owns the [`SwapFile`], the [`PageOutEngine`], the
 //! [`DemandReader`] and the [`ChunkPrefetcher`]; the handler never reaches into them.
 
-use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -117,9 +116,9 @@ impl SwapIo {
         self.swap.path()
     }
 
-    /// The open swap file (for its filesystem's free space).
-    pub fn file(&self) -> &File {
-        self.swap.file()
+    /// The swap file (its name and its filesystem's free space, for messages).
+    pub fn swap_file(&self) -> &SwapFile {
+        &self.swap
     }
 
     /// Whether chunk `c` holds stored data (else it reads as zero).

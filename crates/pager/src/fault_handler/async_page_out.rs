@@ -52,8 +52,7 @@ impl FaultHandler {
             let cs = self.memory.chunk_size as u64;
             let figures = SwapFigures {
                 region: &self.shared.name,
-                swap_path: self.io.path(),
-                swap_file: self.io.file(),
+                swap: self.io.swap_file(),
                 resident: self.stats().resident_chunks.load(Ordering::Relaxed) * cs,
                 budget: self.shared.budget_chunks.load(Ordering::Relaxed) as u64 * cs,
                 chunk: cs,
