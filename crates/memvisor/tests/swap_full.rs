@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use memvisor_control::ProcessState;
 
 /// A tmpfs mounted for the test, unmounted (lazily) when dropped.
 struct Tmpfs(PathBuf);
@@ -73,24 +74,19 @@ fn program_pid(run: &Child) -> u32 {
 fn watchdog(pid: u32, after: Duration) {
     std::thread::spawn(move || {
         std::thread::sleep(after);
-        if state(pid).is_some() {
-            eprintln!("watchdog: killing program {pid}, state {:?}", state(pid));
+        let state = ProcessState::of(pid);
+        if state != ProcessState::Gone {
+            eprintln!("watchdog: killing program {pid}, state {state:?}");
             // SAFETY: plain kill of a pid this test started.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
     });
 }
 
-/// The state letter of `/proc/PID/stat` (`R`, `S`, `T`, ...), `None` once the process is gone.
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.chars().next()
-}
-
-fn wait_for_state(pid: u32, want: Option<char>, within: Duration) -> bool {
+fn wait_for_state(pid: u32, want: ProcessState, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
-        if state(pid) == want {
+        if ProcessState::of(pid) == want {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -226,9 +222,9 @@ fn on_swap_full_fail_stops_the_program_until_space_is_freed() {
     let pid = program_pid(&child);
     watchdog(pid, Duration::from_secs(180));
     assert!(
-        wait_for_state(pid, Some('T'), Duration::from_secs(60)),
+        wait_for_state(pid, ProcessState::Stopped, Duration::from_secs(60)),
         "program {pid} was not stopped: state {:?}",
-        state(pid)
+        ProcessState::of(pid)
     );
     // Make room, then continue it: it finishes its passes with every page verified.
     fs.resize("256M");
@@ -258,16 +254,23 @@ fn the_program_dies_with_a_killed_memvisor_run() {
         .spawn()
         .unwrap();
     let pid = program_pid(&run);
-    assert!(wait_for_state(pid, Some('S'), Duration::from_secs(10)));
+    assert!(wait_for_state(
+        pid,
+        ProcessState::Alive,
+        Duration::from_secs(10)
+    ));
     run.kill().unwrap();
     run.wait().unwrap();
     // Gone, or a zombie waiting for whoever inherited it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !matches!(state(pid), None | Some('Z')) {
+    while !matches!(
+        ProcessState::of(pid),
+        ProcessState::Gone | ProcessState::Zombie
+    ) {
         assert!(
             Instant::now() < deadline,
             "program {pid} outlived memvisor run: state {:?}",
-            state(pid)
+            ProcessState::of(pid)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
