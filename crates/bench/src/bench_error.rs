@@ -38,6 +38,9 @@ pub enum BenchError {
         /// Exit status and stderr, or the spawn error.
         detail: String,
     },
+    /// A thread of a multi-threaded workload panicked.
+    #[error("a workload thread panicked")]
+    ThreadPanicked,
     /// The kernel-swap baseline cannot run here.
     #[error("kernel baseline unavailable: {0}")]
     Unsupported(String),

@@ -4,6 +4,8 @@
 //! Word `w` of page `p` holds `p << 32 | w << 20 | (count mod 2^20)`, where `count` is how
 //! many times that word was read-modify-written since the fill (which writes count 0).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::bench_error::BenchError;
 
 /// Bytes per page of the data set (the access unit; independent of the pager's chunk size).
@@ -61,18 +63,60 @@ impl<'a> DataSet<'a> {
         let start = page as usize * WORDS_PER_PAGE;
         let slice = &mut self.words[start..start + words];
         for (w, word) in slice.iter_mut().enumerate() {
-            let expected = word_value(page, w as u64, count);
-            let found = *word;
-            if found != expected {
-                return Err(BenchError::Corrupt {
-                    page,
-                    word: w as u64,
-                    expected,
-                    found,
-                });
-            }
+            check_word(page, w as u64, count, *word)?;
             if write {
                 *word = word_value(page, w as u64, count + 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether word `w` of page `page`, read as `found`, holds `count` modifications.
+fn check_word(page: u64, w: u64, count: u64, found: u64) -> Result<(), BenchError> {
+    let expected = word_value(page, w, count);
+    if found != expected {
+        return Err(BenchError::Corrupt {
+            page,
+            word: w,
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// A [`DataSet`] several threads touch at once, each its own pages (the words are atomics,
+/// so threads never race on a word, whatever pages they pick).
+pub struct SharedDataSet<'a> {
+    words: &'a [AtomicU64],
+}
+
+impl<'a> SharedDataSet<'a> {
+    /// The data set over `words`, shared; a trailing partial page is ignored.
+    pub fn new(words: &'a mut [u64]) -> Self {
+        let whole = words.len() / WORDS_PER_PAGE * WORDS_PER_PAGE;
+        let words = &mut words[..whole];
+        // SAFETY: `AtomicU64` has the size and alignment of `u64` (x86_64 and every 64-bit
+        // target the pager runs on), and the exclusive borrow of `words` is held for `'a`, so
+        // nobody else accesses them other than through these atomics.
+        let words = unsafe { &*(words as *mut [u64] as *const [AtomicU64]) };
+        Self { words }
+    }
+
+    /// [`DataSet::touch`], through a shared reference.
+    pub fn touch(
+        &self,
+        page: u64,
+        count: u64,
+        words: usize,
+        write: bool,
+    ) -> Result<(), BenchError> {
+        let start = page as usize * WORDS_PER_PAGE;
+        for (w, word) in self.words[start..start + words].iter().enumerate() {
+            check_word(page, w as u64, count, word.load(Ordering::Relaxed))?;
+            if write {
+                word.store(word_value(page, w as u64, count + 1), Ordering::Relaxed);
             }
         }
         Ok(())
@@ -82,6 +126,25 @@ impl<'a> DataSet<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_touches_match_exclusive_ones() {
+        let mut mem = vec![0u64; 2 * WORDS_PER_PAGE];
+        DataSet::new(&mut mem).fill();
+        let shared = SharedDataSet::new(&mut mem);
+        std::thread::scope(|s| {
+            for p in 0..2u64 {
+                let shared = &shared;
+                s.spawn(move || {
+                    for c in 0..50 {
+                        shared.touch(p, c, WORDS_PER_PAGE, true).unwrap();
+                    }
+                });
+            }
+        });
+        assert!(shared.touch(0, 49, 1, false).is_err());
+        shared.touch(1, 50, WORDS_PER_PAGE, false).unwrap();
+    }
 
     #[test]
     fn fill_touch_and_detect_corruption() {

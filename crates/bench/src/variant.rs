@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use memvisor_pager::{PageOut, RegionConfig, ResolveMode};
+use memvisor_pager::{PageInUnit, PageOut, RegionConfig, ResolveMode};
 use memvisor_policy::PolicySpec;
 
 use crate::bench_error::BenchError;
@@ -18,8 +18,8 @@ use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
 /// `alias-continue`), `dirty` (`on` | `off`: dirty tracking), `pageout` (`sync` | `threads` |
 /// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
 /// asynchronous page-out), `readahead` (`on` | `off`), `overlap` (`on` | `off`: overlapped page-in
-/// reads), `async-in` (`on` | `off`: asynchronous page-in), `poll` (busy-polling window:
-/// `50us`, `off`). New pager settings are added here
+/// reads), `async-in` (`on` | `off`: asynchronous page-in), `unit` (`adaptive` | `chunk` |
+/// `page`: how much a page-in reads), `parallel` (`on` | `off`: parallel page-in), `poll` (busy-polling window: `50us`, `off`). New pager settings are added here
 /// (one key each) and reach the workload child unchanged through the variant's spelling.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegionOptions {
@@ -45,6 +45,10 @@ pub struct RegionOptions {
     pub overlap: Option<bool>,
     /// Asynchronous page-in on or off.
     pub async_page_in: Option<bool>,
+    /// How much a page-in reads.
+    pub page_in_unit: Option<PageInUnit>,
+    /// Parallel page-in on or off.
+    pub parallel: Option<bool>,
     /// Busy-polling window (`Some(None)`: off).
     pub busy_poll: Option<Option<Duration>>,
 }
@@ -91,6 +95,12 @@ impl RegionOptions {
         if let Some(a) = self.async_page_in {
             config = config.async_page_in(a);
         }
+        if let Some(u) = self.page_in_unit {
+            config = config.page_in_unit(u);
+        }
+        if let Some(p) = self.parallel {
+            config = config.parallel_page_in(p);
+        }
         if let Some(b) = self.busy_poll {
             config = config.busy_poll(b);
         }
@@ -122,6 +132,8 @@ impl RegionOptions {
             "dirty" => self.dirty_tracking = Some(on_off()?),
             "overlap" => self.overlap = Some(on_off()?),
             "async-in" => self.async_page_in = Some(on_off()?),
+            "unit" => self.page_in_unit = Some(value.parse().map_err(bad)?),
+            "parallel" => self.parallel = Some(on_off()?),
             "readahead" => self.readahead = Some(on_off()?),
             "pageout" => {
                 value
@@ -144,7 +156,7 @@ impl RegionOptions {
             _ => {
                 return Err(bad(format!(
                     "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
-                     pageout, depth, headroom, readahead, overlap, async-in, poll)"
+                     pageout, depth, headroom, readahead, overlap, async-in, unit, parallel, poll)"
                 )))
             }
         }
@@ -247,6 +259,12 @@ impl fmt::Display for Variant {
                 if let Some(a) = o.async_page_in {
                     write!(f, ":async-in={}", on_off_word(a))?;
                 }
+                if let Some(u) = o.page_in_unit {
+                    write!(f, ":unit={u}")?;
+                }
+                if let Some(p) = o.parallel {
+                    write!(f, ":parallel={}", on_off_word(p))?;
+                }
                 if let Some(b) = o.busy_poll {
                     match b {
                         None => write!(f, ":poll=off")?,
@@ -289,6 +307,9 @@ mod tests {
             "memvisor:sample=1500us",
             "memvisor:sample=2s",
             "memvisor:chunk=4K:overlap=off:async-in=on:poll=100us",
+            "memvisor:unit=chunk",
+            "memvisor:parallel=off:unit=page",
+            "memvisor:chunk=64K:unit=page",
             "memvisor:pageout=auto:poll=off",
         ] {
             let v: Variant = s.parse().unwrap();

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::bench_error::BenchError;
 use crate::counters::{disk_stat_path, field, Counters};
-use crate::page_pattern::{DataSet, PAGE};
+use crate::page_pattern::{DataSet, SharedDataSet, PAGE};
 use crate::variant::Variant;
 use crate::workload_memory::WorkloadMemory;
 use crate::workload_report::{PhaseReport, WorkloadReport};
@@ -53,10 +53,27 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
             })?),
             None => None,
         };
+    let threads = args.workload.threads();
     let mut shadow: Vec<u32> = match (&trace, args.workload.writes()) {
         (Some(_), true) => vec![0; pages as usize],
         _ => Vec::new(),
     };
+    // With several threads: each thread's accesses (page, modifications so far), worked out
+    // now, in trace order.
+    let mut thread_accesses: Vec<Vec<(u64, u64)>> = vec![Vec::new(); threads];
+    if let (Some(t), true) = (&trace, threads > 1) {
+        for req in t.requests() {
+            let p = req.unit;
+            let count = match shadow.get_mut(p as usize) {
+                Some(c) => {
+                    *c += 1;
+                    u64::from(*c - 1)
+                }
+                None => 0,
+            };
+            thread_accesses[(p % threads as u64) as usize].push((p, count));
+        }
+    }
     let mut memory = WorkloadMemory::new(&args.variant, size, args.budget, &args.swap_dir)?;
 
     let c0 = Counters::now(disk.as_deref())?;
@@ -71,7 +88,14 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
     let write = args.workload.writes();
     let t1 = Instant::now();
     let mut accesses = 0u64;
-    {
+    if threads > 1 {
+        accesses = touch_in_threads(
+            &SharedDataSet::new(memory.words()),
+            &thread_accesses,
+            words,
+            write,
+        )?;
+    } else {
         let mut data = DataSet::new(memory.words());
         match (args.workload.order(), &trace) {
             (AccessOrder::Sequential { passes }, _) => {
@@ -136,5 +160,32 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
         page_in_max_nanos: stats.map_or(0, |s| s.page_in_max_nanos),
         region_errors,
         swap_direct: memory.region().map(|r| r.swap_is_direct()),
+    })
+}
+
+/// Makes each thread's accesses on its own thread, all at once; returns how many were made.
+fn touch_in_threads(
+    data: &SharedDataSet<'_>,
+    per_thread: &[Vec<(u64, u64)>],
+    words: usize,
+    write: bool,
+) -> Result<u64, BenchError> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = per_thread
+            .iter()
+            .map(|list| {
+                s.spawn(move || {
+                    for &(page, count) in list {
+                        data.touch(page, count, words, write)?;
+                    }
+                    Ok::<u64, BenchError>(list.len() as u64)
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for h in handles {
+            total += h.join().map_err(|_| BenchError::ThreadPanicked)??;
+        }
+        Ok(total)
     })
 }

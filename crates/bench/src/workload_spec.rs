@@ -35,16 +35,24 @@ pub enum AccessOrder {
 ///
 /// Common keys: `words=W` (8-byte words touched per page access, from the page start; `all` =
 /// the whole page; default 1 — `membench`: all), `mode=rmw|read` (read, check and write back
-/// the incremented value, the default, or only read and check).
+/// the incremented value, the default, or only read and check). Random orders also take
+/// `threads=T` (1 to 16, default 1): T threads share the accesses, thread `t` making those to
+/// pages `p` with `p % T == t`, in trace order, all at once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadSpec {
     text: String,
     order: AccessOrder,
     words: usize,
     write: bool,
+    threads: usize,
 }
 
 impl WorkloadSpec {
+    /// Threads making the accesses (1 for sequential orders).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// The access order.
     pub fn order(&self) -> &AccessOrder {
         &self.order
@@ -111,6 +119,7 @@ impl FromStr for WorkloadSpec {
             1
         };
         let mut write = true;
+        let mut threads = 1;
         let mut passes: Option<u64> = None;
         let mut rest: Vec<String> = Vec::new();
         for kv in parts {
@@ -145,6 +154,13 @@ impl FromStr for WorkloadSpec {
                             .filter(|&p| p >= 1)
                             .ok_or_else(|| bad("passes must be a positive integer".into()))?,
                     )
+                }
+                "threads" if kind != "seq" && kind != "membench" => {
+                    threads = v
+                        .parse()
+                        .ok()
+                        .filter(|t| (1..=16).contains(t))
+                        .ok_or_else(|| bad("threads must be 1..=16".into()))?
                 }
                 "n" => return Err(bad("n is the number of pages: leave it out".into())),
                 "accesses" => rest.push(format!("len={v}")),
@@ -183,6 +199,7 @@ impl FromStr for WorkloadSpec {
             order,
             words,
             write,
+            threads,
         };
         spec.validate(1 << 20)?;
         Ok(spec)
@@ -215,6 +232,20 @@ mod tests {
         let u: WorkloadSpec = "uniform:len=7:words=4".parse().unwrap();
         assert_eq!((u.words(), u.accesses(3)), (4, 7));
         assert_eq!(u.to_string(), "uniform:len=7:words=4");
+    }
+
+    #[test]
+    fn random_orders_take_threads() {
+        let s: WorkloadSpec = "uniform:accesses=10:threads=4".parse().unwrap();
+        assert_eq!(s.threads(), 4);
+        assert_eq!(s.trace_spec(100).unwrap(), "uniform:n=100:len=10");
+        assert_eq!(
+            "zipf:alpha=0.9".parse::<WorkloadSpec>().unwrap().threads(),
+            1
+        );
+        for bad in ["uniform:threads=0", "uniform:threads=17", "seq:threads=2"] {
+            assert!(bad.parse::<WorkloadSpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -140,12 +140,21 @@ fn quick_run_completes_both_variants_with_verified_data() {
         } else {
             let region = &rep["run"]["region"];
             assert!(region["page_ins"].as_u64().unwrap() > 0, "{what}");
-            // The variant's chunk size reached the region.
-            assert_eq!(
-                region["bytes_read"].as_u64().unwrap(),
-                region["page_ins"].as_u64().unwrap() * (64 << 10),
-                "{what}"
+            // The variant's chunk size reached the region: no page-in reads more than a
+            // 64 KiB chunk, and on sequential passes nearly all read whole chunks (the first
+            // fault of a pass reads its page alone, until the stream is recognized).
+            let bytes = region["bytes_read"].as_u64().unwrap();
+            let ins = region["page_ins"].as_u64().unwrap();
+            assert!(
+                bytes <= ins * (64 << 10),
+                "{what}: {bytes} bytes, {ins} page-ins"
             );
+            if r["workload"] == "seq:passes=2" {
+                assert!(
+                    bytes > ins * (48 << 10),
+                    "{what}: {bytes} bytes, {ins} page-ins"
+                );
+            }
             assert_eq!(region["dirty_tracking_misses"], 0, "{what}");
             assert_eq!(rep["region_errors"].as_array().unwrap().len(), 0, "{what}");
         }

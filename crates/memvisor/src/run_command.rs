@@ -56,8 +56,10 @@ pub struct RunArgs {
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
-    /// Paging unit of every region: a multiple of 4K, at most 64M (smaller chunks suit programs
-    /// with many small objects, such as redis).
+    /// Chunk of every region: the unit the eviction policy ranks and pages out, and the most
+    /// a page-in reads at once (plus one chunk read ahead). A multiple of 4K, at most 64M.
+    /// Residency and the budget are counted in pages: a page-in reads the faulting page alone
+    /// when faults are scattered and the chunk's missing pages when they stream.
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     chunk_size: String,
     /// Busy polling of the fault handlers: after serving faults, keep checking for the next

@@ -83,7 +83,24 @@ fn qemu_memfd_guest_ram_becomes_a_region() {
         .iter()
         .all(|r| r.kind != "guest-memfd" || r.resident_bytes <= r.budget_bytes));
 
-    // SIGTERM to memvisor run is forwarded; QEMU exits on it (status 0).
+    // SIGTERM to memvisor run is forwarded; QEMU exits on it (status 0) once it handles it:
+    // its guest RAM is mapped before its signal handlers are set up, so wait for those.
+    let catches_sigterm = || {
+        let st =
+            std::fs::read_to_string(format!("/proc/{}/status", status.pid)).unwrap_or_default();
+        st.lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
+    };
+    let t = Instant::now();
+    while !catches_sigterm() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "QEMU never caught SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // SAFETY: kill with a valid pid of our own child.
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
     let st = run.wait().unwrap();

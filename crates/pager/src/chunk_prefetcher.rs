@@ -42,8 +42,10 @@ struct Completion {
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     chunk: usize,
-    /// The chunk's stored CRC32C when the read started.
-    crc: u32,
+    /// The chunk's stored version when the read started ([`SwapFile::version`]).
+    ///
+    /// [`SwapFile::version`]: crate::SwapFile::version
+    version: u32,
 }
 
 /// One reader thread and one chunk-sized buffer.
@@ -96,8 +98,8 @@ impl ChunkPrefetcher {
     }
 
     /// Starts reading chunk `chunk` (`len` bytes at `offset` of `file`, stored with checksum
-    /// `crc`), after the previous read, if any, has finished (its data is dropped).
-    pub fn start(&mut self, chunk: usize, crc: u32, file: Arc<File>, offset: u64, len: usize) {
+    /// `version`), after the previous read, if any, has finished (its data is dropped).
+    pub fn start(&mut self, chunk: usize, version: u32, file: Arc<File>, offset: u64, len: usize) {
         self.wait();
         self.pending = None;
         let len = len.min(self.buffer.len());
@@ -109,23 +111,23 @@ impl ChunkPrefetcher {
         };
         if let Some(tx) = &self.jobs {
             if tx.send(job).is_ok() {
-                self.pending = Some(Pending { chunk, crc });
+                self.pending = Some(Pending { chunk, version });
             }
         }
     }
 
-    /// If the buffer holds `chunk`, read successfully while the chunk's stored checksum was
-    /// `crc_now` (so its swap slot is unchanged), swaps it with `bounce`: the caller's buffer
+    /// If the buffer holds `chunk`, read successfully while the chunk's stored version was
+    /// `version_now` (so its swap slot is unchanged), swaps it with `bounce`: the caller's buffer
     /// then holds the data (to be verified against the checksum as after any read) and the
     /// prefetcher reads into the caller's old buffer next. Waits for the read if it is still in
     /// flight. `false`: not prefetched, stale, or the read failed; the caller reads the chunk.
-    pub fn take_into(&mut self, chunk: usize, crc_now: Option<u32>, bounce: &mut Mapping) -> bool {
+    pub fn take_into(&mut self, chunk: usize, version_now: u32, bounce: &mut Mapping) -> bool {
         let Some(p) = self.pending.filter(|p| p.chunk == chunk) else {
             return false;
         };
         let ok = matches!(self.wait(), Some(Ok(())));
         self.pending = None;
-        if !ok || crc_now != Some(p.crc) || bounce.len() < self.buffer.len() {
+        if !ok || version_now != p.version || bounce.len() < self.buffer.len() {
             return false;
         }
         // The read has completed: the reader thread no longer touches the buffer.

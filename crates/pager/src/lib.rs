@@ -1,18 +1,21 @@
 //! Private virtual memory for memvisor: a userfaultfd pager.
 //!
 //! A [`Region`] is `size` bytes of memory backed by a memfd, of which at most `budget` bytes
-//! (whole chunks, 1 MiB by default) are resident; the rest lives in a private sparse
-//! [`SwapFile`]. A handler thread per region serves userfaultfd faults chunk by chunk: it evicts a
-//! victim chosen by a policy of `memvisor-policy` (chunk index = unit id), writes it to swap with
-//! `O_DIRECT` and a CRC32C, punches it out of the memfd, and fills the faulting chunk from swap (or
-//! with zeros) in one ioctl, which wakes every thread waiting in that chunk. Chunks are mapped
-//! write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which were written: clean chunks are
-//! evicted without a write. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the
-//! policy's reference bits. Victims are written asynchronously (writer threads or an io_uring,
-//! [`PageOut`]), ahead of demand and, with overlapped page-in, while the faulting chunk's read
-//! is in flight; sequential page-ins are read ahead; asynchronous page-in (the faulting page
-//! first) and busy polling of the userfaultfd are optional. Design notes and measurements: the
-//! crate's README.
+//! (counted in pages) are resident; the rest lives in a private sparse [`SwapFile`], stored page
+//! by page with a CRC32C each. The region is cut into chunks (1 MiB by default): the unit a
+//! policy of `memvisor-policy` ranks (chunk index = unit id) and a page-out writes, and the most
+//! a page-in reads; a chunk may be partly resident. A handler thread per region serves
+//! userfaultfd faults with an *adaptive paging unit* ([`PageInUnit`]): the faulting page alone
+//! when the faulting thread's faults are scattered (several such reads in flight at once, for
+//! faults of different threads), the chunk's missing pages plus the next chunk read ahead when
+//! they stream. To make room it evicts a victim chunk: its changed pages are written to swap
+//! with `O_DIRECT` (adjacent ones in one write), unchanged ones dropped, and the chunk punched out
+//! of the memfd. Pages are mapped write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which
+//! were written. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the policy's
+//! reference bits. Victims are written asynchronously (writer threads or an io_uring,
+//! [`PageOut`]), ahead of demand and, with overlapped page-in, while a page-in's read is in
+//! flight; asynchronous page-in (the faulting page first) and busy polling of the userfaultfd
+//! are optional. Design notes and measurements: the crate's README.
 //!
 //! ```no_run
 //! use memvisor_pager::{Region, RegionConfig};
@@ -25,7 +28,8 @@
 //!
 //! Failure semantics: a failed swap write keeps the chunk resident (budget overrun, counted in
 //! [`RegionStats::overrun_chunks`], error recorded); a failed swap read or a checksum mismatch
-//! poisons the chunk with `UFFDIO_POISON`, so accessors get `SIGBUS` and never wrong data. Errors
+//! poisons the pages it was for with `UFFDIO_POISON`, so accessors get `SIGBUS` and never wrong
+//! data. Errors
 //! name the region, chunk, offset and swap path; see [`Region::take_errors`].
 //!
 //! Building blocks usable on their own: [`Userfaultfd`] (safe ioctl wrappers), [`Memfd`] and
@@ -41,7 +45,10 @@ mod fault_handler;
 mod fault_injector;
 pub mod ffi;
 mod memfd;
+mod page_bitmap;
+mod page_in_unit;
 mod page_out_engine;
+mod page_reads;
 mod pagemap;
 mod pager_error;
 mod raw_memory_calls;
@@ -60,6 +67,7 @@ mod write_job;
 
 pub use fault_injector::FaultInjector;
 pub use memfd::{page_size, Mapping, Memfd};
+pub use page_in_unit::PageInUnit;
 pub use pagemap::Pagemap;
 pub use pager_error::PagerError;
 pub use region::Region;

@@ -90,6 +90,30 @@ impl Pagemap {
     /// call shows in the next one and none is lost. With `all`, every page of the range is
     /// write-protected (the start of tracking) and the written ones are still returned.
     pub fn take_written(&self, start: usize, len: usize, all: bool) -> io::Result<Vec<Range<u64>>> {
+        let mask = if all { 0 } else { PAGE_IS_WRITTEN };
+        self.scan(
+            start,
+            len,
+            PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+            mask,
+        )
+    }
+
+    /// The address ranges of `[start, start + len)` written since they were last
+    /// write-protected (adjacent ranges merged, in address order), leaving the protection as it
+    /// is. Addresses without a page reads as written (see the module's notes): callers
+    /// intersect with what they know is resident.
+    pub fn written(&self, start: usize, len: usize) -> io::Result<Vec<Range<u64>>> {
+        self.scan(start, len, PM_SCAN_CHECK_WPASYNC, PAGE_IS_WRITTEN)
+    }
+
+    fn scan(
+        &self,
+        start: usize,
+        len: usize,
+        flags: u64,
+        category_mask: u64,
+    ) -> io::Result<Vec<Range<u64>>> {
         let end = (start + len) as u64;
         let mut regions = [PageRegion::default(); 64];
         let mut out: Vec<Range<u64>> = Vec::new();
@@ -97,18 +121,19 @@ impl Pagemap {
         while from < end {
             let mut arg = PmScanArg {
                 size: size_of::<PmScanArg>() as u64,
-                flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                flags,
                 start: from,
                 end,
                 vec: regions.as_mut_ptr() as u64,
                 vec_len: regions.len() as u64,
-                category_mask: if all { 0 } else { PAGE_IS_WRITTEN },
+                category_mask,
                 return_mask: PAGE_IS_WRITTEN,
                 ..Default::default()
             };
             // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len`
-            // live, writable `page_region`s; the kernel reads and write-protects page tables of
-            // the given range only (registered with userfaultfd WP_ASYNC by the caller).
+            // live, writable `page_region`s; the kernel reads (and with WP_MATCHING
+            // write-protects) page tables of the given range only (registered with
+            // userfaultfd WP_ASYNC by the caller).
             let r = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
             if r < 0 {
                 return Err(io::Error::last_os_error());

@@ -126,7 +126,7 @@ impl Region {
         alias.dont_fork().map_err(mem_err("MADV_DONTFORK"))?;
         // Dirty tracking if asked for and the kernel has it; plain paging otherwise.
         let tracked = if config.dirty_tracking {
-            Userfaultfd::new(NEEDED_FEATURES | DIRTY_FEATURES)
+            Userfaultfd::new(NEEDED_FEATURES | DIRTY_FEATURES | features::THREAD_ID)
                 .ok()
                 .and_then(|u| Pagemap::open().ok().map(|p| (u, p)))
         } else {
@@ -139,7 +139,8 @@ impl Region {
                 RegisterMode::MISSING | RegisterMode::MINOR | RegisterMode::WP,
             ),
             None => (
-                Userfaultfd::new(NEEDED_FEATURES).map_err(PagerError::Unavailable)?,
+                Userfaultfd::new(NEEDED_FEATURES | features::THREAD_ID)
+                    .map_err(PagerError::Unavailable)?,
                 None,
                 RegisterMode::MISSING | RegisterMode::MINOR,
             ),

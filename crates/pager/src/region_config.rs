@@ -8,6 +8,7 @@ use std::time::Duration;
 use memvisor_policy::PolicySpec;
 
 use crate::fault_injector::FaultInjector;
+use crate::page_in_unit::PageInUnit;
 use crate::swap_full::OnSwapFull;
 
 /// Default chunk size: 256 pages of 4 KiB.
@@ -171,12 +172,18 @@ pub struct RegionConfig {
     /// instead of after the faulting thread is woken (where that work delays the next fault).
     /// Default on; falls back to `pread` where io_uring is unavailable.
     pub overlapped_page_in: bool,
-    /// Asynchronous page-in (seed 003, section 4.3; `ResolveMode::Copy` only): on a fault in
-    /// a stored chunk, the faulting page is read and verified first (each page of a stored
-    /// chunk then carries its own checksum: 4 bytes per page of the region) and the thread
-    /// released; the rest of the chunk follows. Default off: the seed measured it 20% slower
+    /// Asynchronous page-in (seed 003, section 4.3; `ResolveMode::Copy` only): on a fault
+    /// that reads a whole stored chunk, the faulting page is read and verified first (by its
+    /// own checksum) and the thread released; the rest of the chunk follows. Default off: the seed measured it 20% slower
     /// on sequential access, see `docs/benchmarks.md` for this pager.
     pub async_page_in: bool,
+    /// Parallel page-in: scattered page-ins of stored pages start their read and let the
+    /// handler serve other faults meanwhile (several reads in flight), with the demand reader
+    /// (asynchronous page-out, overlapped page-in) in copy mode. Default on.
+    pub parallel_page_in: bool,
+    /// How much a page-in reads: adaptive by default (the faulting page when faults are
+    /// scattered, the chunk and the next one when they stream).
+    pub page_in_unit: PageInUnit,
     /// Busy polling: after serving faults, the handler keeps checking for the next one
     /// without sleeping for this long before it blocks again. A fault that arrives in the
     /// window is seen at once instead of after the handler thread is woken (on the development
@@ -220,6 +227,8 @@ impl RegionConfig {
             readahead: true,
             overlapped_page_in: true,
             async_page_in: false,
+            page_in_unit: PageInUnit::Adaptive,
+            parallel_page_in: true,
             busy_poll: None,
             name: "region".into(),
             log_errors: true,
@@ -287,6 +296,18 @@ impl RegionConfig {
     /// Turns asynchronous page-in on or off.
     pub fn async_page_in(mut self, on: bool) -> Self {
         self.async_page_in = on;
+        self
+    }
+
+    /// Turns parallel page-in on or off.
+    pub fn parallel_page_in(mut self, on: bool) -> Self {
+        self.parallel_page_in = on;
+        self
+    }
+
+    /// Sets how much a page-in reads.
+    pub fn page_in_unit(mut self, unit: PageInUnit) -> Self {
+        self.page_in_unit = unit;
         self
     }
 

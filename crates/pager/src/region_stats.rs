@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct RegionStats {
     /// Chunks in the region.
     pub chunks: u64,
-    /// Chunks in memory (including overrun chunks).
+    /// Chunks with at least one page in memory (including overrun chunks).
     pub resident_chunks: u64,
+    /// Pages in memory: what the budget counts.
+    pub resident_pages: u64,
     /// Chunks whose data is in the swap file only.
     pub swapped_chunks: u64,
     /// Chunks neither resident nor stored: never touched, or all zeros when evicted.
@@ -24,11 +26,17 @@ pub struct RegionStats {
     pub minor_faults: u64,
     /// Fault messages for chunks already resident (concurrent faults, served by a wake).
     pub resident_faults: u64,
-    /// Chunks read from swap.
+    /// Page-ins that read from swap (a page or a whole chunk).
     pub page_ins: u64,
-    /// Chunks filled with zeros (never written, or zero when evicted).
+    /// Page-ins of the faulting page alone, chosen because faults were scattered (see the
+    /// adaptive page-in in the crate docs); the others bring in the whole chunk.
+    pub scattered_page_ins: u64,
+    /// Of the scattered page-ins: pages read on their own with other reads in flight beside
+    /// them (parallel page-in), the fault loop serving other faults meanwhile.
+    pub parallel_page_reads: u64,
+    /// Page-ins that filled zeros only (never written, or zero when evicted).
     pub zero_fills: u64,
-    /// Chunks written to swap.
+    /// Chunk evictions that wrote to swap (each writes the chunk's written pages).
     pub page_outs: u64,
     /// Evicted chunks found all-zero (not written).
     pub zero_page_outs: u64,
@@ -112,6 +120,7 @@ impl RegionStats {
 pub(crate) struct StatsCounters {
     pub chunks: AtomicU64,
     pub resident_chunks: AtomicU64,
+    pub resident_pages: AtomicU64,
     pub swapped_chunks: AtomicU64,
     pub poisoned_chunks: AtomicU64,
     pub overrun_chunks: AtomicU64,
@@ -119,6 +128,8 @@ pub(crate) struct StatsCounters {
     pub minor_faults: AtomicU64,
     pub resident_faults: AtomicU64,
     pub page_ins: AtomicU64,
+    pub scattered_page_ins: AtomicU64,
+    pub parallel_page_reads: AtomicU64,
     pub zero_fills: AtomicU64,
     pub page_outs: AtomicU64,
     pub zero_page_outs: AtomicU64,
@@ -215,6 +226,7 @@ impl StatsCounters {
         RegionStats {
             chunks,
             resident_chunks,
+            resident_pages: g(&self.resident_pages),
             swapped_chunks,
             zero_chunks: chunks
                 .saturating_sub(resident_chunks)
@@ -226,6 +238,8 @@ impl StatsCounters {
             minor_faults: g(&self.minor_faults),
             resident_faults: g(&self.resident_faults),
             page_ins: g(&self.page_ins),
+            scattered_page_ins: g(&self.scattered_page_ins),
+            parallel_page_reads: g(&self.parallel_page_reads),
             zero_fills: g(&self.zero_fills),
             page_outs: g(&self.page_outs),
             zero_page_outs: g(&self.zero_page_outs),

@@ -1,4 +1,5 @@
-//! [`SwapFile`]: a region's private, sparse swap file, one fixed slot per chunk.
+//! [`SwapFile`]: a region's private, sparse swap file, one fixed slot per chunk, stored page
+//! by page.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -10,19 +11,22 @@ use std::sync::Arc;
 
 use crate::crc32c::crc32c;
 use crate::fault_injector::FaultInjector;
+use crate::page_bitmap::PageBitmap;
 use crate::pager_error::PagerError;
 
 /// Alignment required of buffers, offsets and lengths for `O_DIRECT` (a page covers every
 /// logical block size in use).
 pub const DIRECT_ALIGN: usize = 4096;
 
-/// Why a chunk read failed.
+/// Why a read from swap failed.
 #[derive(Debug)]
 pub enum ReadError {
     /// The read itself failed (or was short).
     Io(io::Error),
-    /// The data read does not match the checksum recorded when it was written.
+    /// A page read does not match the checksum recorded when it was written.
     Checksum {
+        /// The page (index within its chunk).
+        page: usize,
         /// Recorded CRC32C.
         expected: u32,
         /// CRC32C of the data read.
@@ -30,7 +34,7 @@ pub enum ReadError {
     },
 }
 
-/// What [`SwapFile::write_chunk`] did.
+/// What [`SwapFile::write_pages`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteOutcome {
     /// The data was written and its checksum recorded.
@@ -39,30 +43,36 @@ pub enum WriteOutcome {
     Zero,
 }
 
-/// A sparse file whose slot `i` (at offset `i * chunk_size`) holds chunk `i` of a region.
+/// A sparse file whose slot `i` (at offset `i * chunk_size`) holds chunk `i` of a region, page by
+/// page.
 ///
 /// Created `0600` in the swap directory without a name (`O_TMPFILE`; where the filesystem
 /// lacks it, created exclusively without following links and unlinked at once), so it vanishes
 /// when the file is closed or the process dies, and no other user can open it or plant a link
-/// where it is created. Reads and writes are whole chunks with `O_DIRECT` when the
-/// filesystem allows it (buffered otherwise; see [`is_direct`](Self::is_direct)); buffers must be
-/// [`DIRECT_ALIGN`]-aligned. Each stored chunk's CRC32C is kept in memory and verified on read;
-/// all-zero chunks are never written.
+/// where it is created. Reads and writes are runs of whole pages inside one chunk, with `O_DIRECT`
+/// when the filesystem allows it (buffered otherwise; see [`is_direct`](Self::is_direct));
+/// buffers must be [`DIRECT_ALIGN`]-aligned. Each page is stored or not on its own: a stored
+/// page's CRC32C is kept in memory and verified when it is read; a page that is not stored reads
+/// as zeros (a read zero-fills it, whatever the file holds there).
 #[derive(Debug)]
 pub struct SwapFile {
     file: Arc<File>,
     path: PathBuf,
     chunk_size: usize,
+    pages_per_chunk: usize,
     direct: bool,
-    /// `Some(crc)` for stored chunks, `None` for chunks that read as zero.
-    crcs: Vec<Option<u32>>,
-    /// With [`keep_page_checksums`](Self::keep_page_checksums): the CRC32C of every page of
-    /// every chunk, valid for the chunks that are stored.
-    page_crcs: Option<Vec<u32>>,
+    /// Per page of the region: its slot holds its data (with checksum `page_crcs[page]`).
+    stored: PageBitmap,
+    /// Per page: the CRC32C of its stored data (meaningless where it is not stored).
+    page_crcs: Vec<u32>,
+    /// Per chunk: bumped whenever its stored content changes, so a copy read earlier (a
+    /// prefetch) can tell it is stale.
+    versions: Vec<u32>,
     injector: Option<Arc<FaultInjector>>,
 }
 
-/// One chunk write prepared by [`SwapFile::prepare_write`], to be carried out on any thread.
+/// One write of a run of pages prepared by [`SwapFile::prepare_write`], to be carried out on any
+/// thread.
 #[derive(Debug, Clone)]
 pub(crate) struct ChunkWrite {
     /// Byte offset in the swap file.
@@ -81,13 +91,18 @@ impl ChunkWrite {
         }
     }
 
-    /// Writes `data` and returns its CRC32C.
-    pub fn write(&self, data: &[u8]) -> io::Result<u32> {
+    /// Writes `data` (whole pages) and returns the CRC32C of each of its pages.
+    pub fn write(&self, data: &[u8]) -> io::Result<Vec<u32>> {
         self.injected_failure()?;
-        let crc = crc32c(data);
+        let crcs = page_checksums(data);
         self.file.write_all_at(data, self.offset)?;
-        Ok(crc)
+        Ok(crcs)
     }
+}
+
+/// The CRC32C of every [`DIRECT_ALIGN`]-sized page of `data`.
+pub(crate) fn page_checksums(data: &[u8]) -> Vec<u32> {
+    data.chunks(DIRECT_ALIGN).map(crc32c).collect()
 }
 
 static SWAP_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -168,72 +183,19 @@ impl SwapFile {
                 source,
             });
         }
+        let pages_per_chunk = chunk_size / DIRECT_ALIGN;
+        let pages = chunks.saturating_mul(pages_per_chunk);
         Ok(Self {
             file: Arc::new(file),
             path,
             chunk_size,
+            pages_per_chunk,
             direct,
-            crcs: vec![None; chunks],
-            page_crcs: None,
+            stored: PageBitmap::new(pages),
+            page_crcs: vec![0; pages],
+            versions: vec![0; chunks],
             injector,
         })
-    }
-
-    /// Also keep a checksum per page, so one page of a stored chunk can be read and verified
-    /// on its own ([`read_page`](Self::read_page)); costs 4 bytes per page of the region.
-    /// Must be called before anything is stored.
-    pub fn keep_page_checksums(&mut self) {
-        let pages = self.crcs.len() * (self.chunk_size / DIRECT_ALIGN);
-        self.page_crcs = Some(vec![0; pages]);
-    }
-
-    /// Records the page checksums of `data`, the content about to be written as chunk
-    /// `chunk` (they count once the write is recorded; until then the chunk reads as zero).
-    /// No-op without page checksums.
-    pub(crate) fn set_page_checksums(&mut self, chunk: usize, data: &[u8]) {
-        let per_chunk = self.chunk_size / DIRECT_ALIGN;
-        if let Some(p) = self.page_crcs.as_mut() {
-            let first = chunk * per_chunk;
-            for (i, page) in data.chunks(DIRECT_ALIGN).enumerate().take(per_chunk) {
-                if let Some(slot) = p.get_mut(first + i) {
-                    *slot = crc32c(page);
-                }
-            }
-        }
-    }
-
-    /// Reads page `page` (index within the chunk) of stored chunk `chunk` into `buf` (one
-    /// page, aligned) and verifies it against its own checksum. `Ok(false)` if the chunk is not
-    /// stored or page checksums are not kept: read the whole chunk instead.
-    pub fn read_page(&self, chunk: usize, page: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
-        let per_chunk = self.chunk_size / DIRECT_ALIGN;
-        let Some(p) = self.page_crcs.as_ref() else {
-            return Ok(false);
-        };
-        if page >= per_chunk || buf.len() != DIRECT_ALIGN {
-            return Err(ReadError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "page {page} of chunk {chunk} / length {} out of range",
-                    buf.len()
-                ),
-            )));
-        }
-        let offset = self
-            .check(chunk, DIRECT_ALIGN, buf.as_ptr())
-            .map_err(ReadError::Io)?;
-        if self.crcs[chunk].is_none() {
-            return Ok(false);
-        }
-        let expected = p[chunk * per_chunk + page];
-        if let Some(inj) = &self.injector {
-            inj.before_read().map_err(ReadError::Io)?;
-        }
-        self.file
-            .read_exact_at(buf, offset + (page * DIRECT_ALIGN) as u64)
-            .map_err(ReadError::Io)?;
-        self.verify(expected, buf)?;
-        Ok(true)
     }
 
     /// The name the file is known by in messages (it has none in the directory).
@@ -259,14 +221,49 @@ impl SwapFile {
         self.direct
     }
 
-    /// Whether chunk `chunk` holds stored data (else it reads as zero).
-    pub fn is_stored(&self, chunk: usize) -> bool {
-        self.crcs.get(chunk).is_some_and(|c| c.is_some())
+    /// Pages per chunk ([`DIRECT_ALIGN`]-sized).
+    pub fn pages_per_chunk(&self) -> usize {
+        self.pages_per_chunk
     }
 
-    /// The CRC32C recorded for chunk `chunk`, if it is stored.
-    pub fn stored_crc(&self, chunk: usize) -> Option<u32> {
-        self.crcs.get(chunk).copied().flatten()
+    /// Whether any page of chunk `chunk` is stored (else the whole chunk reads as zero).
+    pub fn is_stored(&self, chunk: usize) -> bool {
+        self.stored_pages(chunk) > 0
+    }
+
+    /// How many pages of chunk `chunk` are stored.
+    pub fn stored_pages(&self, chunk: usize) -> usize {
+        if chunk >= self.versions.len() {
+            return 0;
+        }
+        self.stored
+            .count_range(chunk * self.pages_per_chunk, self.pages_per_chunk)
+    }
+
+    /// How many of pages `first..first + n` of chunk `chunk` are stored.
+    pub fn stored_pages_in(&self, chunk: usize, first: usize, n: usize) -> usize {
+        if chunk >= self.versions.len() || first >= self.pages_per_chunk {
+            return 0;
+        }
+        let n = n.min(self.pages_per_chunk - first);
+        self.stored
+            .count_range(chunk * self.pages_per_chunk + first, n)
+    }
+
+    /// Whether page `page` of chunk `chunk` is stored.
+    pub fn is_page_stored(&self, chunk: usize, page: usize) -> bool {
+        page < self.pages_per_chunk && self.stored.get(chunk * self.pages_per_chunk + page)
+    }
+
+    /// The CRC32C of page `page` of chunk `chunk`, if it is stored.
+    pub fn page_crc(&self, chunk: usize, page: usize) -> Option<u32> {
+        self.is_page_stored(chunk, page)
+            .then(|| self.page_crcs[chunk * self.pages_per_chunk + page])
+    }
+
+    /// A number that changes whenever chunk `chunk`'s stored content changes.
+    pub fn version(&self, chunk: usize) -> u32 {
+        self.versions.get(chunk).copied().unwrap_or(0)
     }
 
     /// Bytes of disk the file occupies (`st_blocks * 512`).
@@ -274,47 +271,196 @@ impl SwapFile {
         Ok(std::os::unix::fs::MetadataExt::blocks(&self.file.metadata()?) * 512)
     }
 
-    fn check(&self, chunk: usize, len: usize, ptr: *const u8) -> io::Result<u64> {
-        if chunk >= self.crcs.len() || len == 0 || len > self.chunk_size {
+    /// Checks a run of `len` bytes from page `first` of chunk `chunk` in a buffer at `ptr`;
+    /// returns its offset in the file.
+    fn check(&self, chunk: usize, first: usize, len: usize, ptr: *const u8) -> io::Result<u64> {
+        let pages = len / DIRECT_ALIGN;
+        if chunk >= self.versions.len()
+            || len == 0
+            || len % DIRECT_ALIGN != 0
+            || first
+                .checked_add(pages)
+                .is_none_or(|e| e > self.pages_per_chunk)
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("chunk {chunk} / length {len} out of range"),
+                format!("chunk {chunk}, page {first}, length {len}: out of range"),
             ));
         }
-        if self.direct && (ptr as usize % DIRECT_ALIGN != 0 || len % DIRECT_ALIGN != 0) {
+        if self.direct && ptr as usize % DIRECT_ALIGN != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "O_DIRECT buffer not page-aligned",
             ));
         }
-        Ok(chunk as u64 * self.chunk_size as u64)
+        Ok(chunk as u64 * self.chunk_size as u64 + (first * DIRECT_ALIGN) as u64)
     }
 
-    /// Stores `data` (at most one chunk) as chunk `chunk`. All-zero data is not written: the slot
-    /// is punched and recorded as zero. On error the chunk's previous content in the file is
-    /// forgotten (it reads as zero), so keep the data elsewhere.
-    pub fn write_chunk(&mut self, chunk: usize, data: &[u8]) -> io::Result<WriteOutcome> {
+    fn bump(&mut self, chunk: usize) {
+        if let Some(v) = self.versions.get_mut(chunk) {
+            *v = v.wrapping_add(1);
+        }
+    }
+
+    /// Reads pages `first..` of chunk `chunk` into `buf` (whole pages, at most to the chunk's
+    /// end). Returns `Ok(0)`, leaving `buf` untouched, if none of them is stored; otherwise how
+    /// many are, once every stored page matches its checksum and every other page of `buf` is
+    /// zeroed.
+    pub fn read_pages(
+        &self,
+        chunk: usize,
+        first: usize,
+        buf: &mut [u8],
+    ) -> Result<usize, ReadError> {
+        let offset = self
+            .check(chunk, first, buf.len(), buf.as_ptr())
+            .map_err(ReadError::Io)?;
+        let stored = self.stored.count_range(
+            chunk * self.pages_per_chunk + first,
+            buf.len() / DIRECT_ALIGN,
+        );
+        if stored == 0 {
+            return Ok(0);
+        }
+        if let Some(inj) = &self.injector {
+            inj.before_read().map_err(ReadError::Io)?;
+        }
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(ReadError::Io)?;
+        self.verify(chunk, first, buf)?;
+        Ok(stored)
+    }
+
+    /// Where to read pages `first..` of chunk `chunk` into `buf` by other means (an io_uring):
+    /// the file's descriptor and the offset, after the checks [`read_pages`](Self::read_pages)
+    /// makes. `Ok(None)` if none of them is stored. Pass what was read to
+    /// [`accept_read`](Self::accept_read).
+    pub(crate) fn read_target(
+        &self,
+        chunk: usize,
+        first: usize,
+        buf: &[u8],
+    ) -> io::Result<Option<(RawFd, u64)>> {
+        let offset = self.check(chunk, first, buf.len(), buf.as_ptr())?;
+        let stored = self.stored.count_range(
+            chunk * self.pages_per_chunk + first,
+            buf.len() / DIRECT_ALIGN,
+        );
+        Ok((stored > 0).then(|| (self.file.as_raw_fd(), offset)))
+    }
+
+    /// Where stored page `page` of chunk `chunk` is in the file, for a read by other means
+    /// (check it with [`accept_read`](Self::accept_read)); `None` if it is not stored.
+    pub(crate) fn page_source(&self, chunk: usize, page: usize) -> Option<(RawFd, u64)> {
+        self.is_page_stored(chunk, page).then(|| {
+            (
+                self.file.as_raw_fd(),
+                chunk as u64 * self.chunk_size as u64 + (page * DIRECT_ALIGN) as u64,
+            )
+        })
+    }
+
+    /// Where chunk `chunk` lives, for a read of the whole chunk on another thread: the file,
+    /// the offset and the chunk's [`version`](Self::version) now. `None` if no page of it is
+    /// stored.
+    pub(crate) fn read_source(&self, chunk: usize) -> Option<(Arc<File>, u64, u32)> {
+        if !self.is_stored(chunk) {
+            return None;
+        }
+        Some((
+            self.file.clone(),
+            chunk as u64 * self.chunk_size as u64,
+            self.version(chunk),
+        ))
+    }
+
+    /// Accepts `buf` as pages `first..` of chunk `chunk` read elsewhere (by an io_uring or a
+    /// prefetch) exactly as [`read_pages`](Self::read_pages) accepts what it reads: the same
+    /// injected failures apply, stored pages must match their checksums, the others are zeroed.
+    pub(crate) fn accept_read(
+        &self,
+        chunk: usize,
+        first: usize,
+        buf: &mut [u8],
+    ) -> Result<(), ReadError> {
+        self.check(chunk, first, buf.len(), buf.as_ptr())
+            .map_err(ReadError::Io)?;
+        if let Some(inj) = &self.injector {
+            inj.before_read().map_err(ReadError::Io)?;
+        }
+        self.verify(chunk, first, buf)
+    }
+
+    /// Checks every stored page of `buf` (pages `first..` of chunk `chunk`) against its
+    /// checksum and zeroes the pages that are not stored.
+    fn verify(&self, chunk: usize, first: usize, buf: &mut [u8]) -> Result<(), ReadError> {
+        let base = chunk * self.pages_per_chunk + first;
+        if let Some(inj) = &self.injector {
+            // Injected corruption lands in stored data (the first stored page read).
+            let pages = buf.len() / DIRECT_ALIGN;
+            if let Some(i) = (0..pages).find(|&i| self.stored.get(base + i)) {
+                inj.after_read(&mut buf[i * DIRECT_ALIGN..(i + 1) * DIRECT_ALIGN]);
+            }
+        }
+        for (i, page) in buf.chunks_mut(DIRECT_ALIGN).enumerate() {
+            if !self.stored.get(base + i) {
+                page.fill(0);
+                continue;
+            }
+            let expected = self.page_crcs[base + i];
+            let actual = crc32c(page);
+            if actual != expected {
+                return Err(ReadError::Checksum {
+                    page: first + i,
+                    expected,
+                    actual,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `data` (whole pages) as pages `first..` of chunk `chunk`. All-zero data is not
+    /// written: those pages are punched and recorded as zero. On error the pages' previous
+    /// content in the file is forgotten (they read as zero), so keep the data elsewhere.
+    pub fn write_pages(
+        &mut self,
+        chunk: usize,
+        first: usize,
+        data: &[u8],
+    ) -> io::Result<WriteOutcome> {
         if is_zero(data) {
-            self.check(chunk, data.len(), data.as_ptr())?;
-            self.punch(chunk)?;
+            self.check(chunk, first, data.len(), data.as_ptr())?;
+            self.punch_pages(chunk, first, data.len() / DIRECT_ALIGN)?;
             return Ok(WriteOutcome::Zero);
         }
-        let w = self.prepare_write(chunk, data)?;
-        self.set_page_checksums(chunk, data);
-        let crc = w.write(data)?;
-        self.record_written(chunk, crc);
+        let w = self.prepare_write(chunk, first, data)?;
+        let crcs = w.write(data)?;
+        self.record_written(chunk, first, &crcs);
         Ok(WriteOutcome::Written)
     }
 
-    /// Starts a write of `data` as chunk `chunk` that another thread (or the kernel, through
-    /// io_uring) carries out: checks the arguments and forgets the chunk's previous content
-    /// (it is being overwritten). Once the write has succeeded, [`record_written`] the
-    /// checksum; until then, and for good if it fails, the chunk reads as zero.
+    /// Starts a write of `data` as pages `first..` of chunk `chunk` that another thread (or the
+    /// kernel, through io_uring) carries out: checks the arguments and forgets those pages'
+    /// previous content (it is being overwritten). Once the write has succeeded,
+    /// [`record_written`] its page checksums; until then, and for good if it fails, the pages
+    /// read as zero.
     ///
     /// [`record_written`]: Self::record_written
-    pub(crate) fn prepare_write(&mut self, chunk: usize, data: &[u8]) -> io::Result<ChunkWrite> {
-        let offset = self.check(chunk, data.len(), data.as_ptr())?;
-        self.crcs[chunk] = None;
+    pub(crate) fn prepare_write(
+        &mut self,
+        chunk: usize,
+        first: usize,
+        data: &[u8],
+    ) -> io::Result<ChunkWrite> {
+        let offset = self.check(chunk, first, data.len(), data.as_ptr())?;
+        self.stored.set_range(
+            chunk * self.pages_per_chunk + first,
+            data.len() / DIRECT_ALIGN,
+            false,
+        );
+        self.bump(chunk);
         Ok(ChunkWrite {
             offset,
             file: self.file.clone(),
@@ -322,99 +468,44 @@ impl SwapFile {
         })
     }
 
-    /// Records that chunk `chunk` now holds data with checksum `crc` (after a prepared write
-    /// succeeded).
-    pub(crate) fn record_written(&mut self, chunk: usize, crc: u32) {
-        if let Some(c) = self.crcs.get_mut(chunk) {
-            *c = Some(crc);
+    /// Records that pages `first..first + crcs.len()` of chunk `chunk` now hold data with these
+    /// checksums (after a prepared write succeeded).
+    pub(crate) fn record_written(&mut self, chunk: usize, first: usize, crcs: &[u32]) {
+        if chunk >= self.versions.len() || first + crcs.len() > self.pages_per_chunk {
+            return;
         }
+        let base = chunk * self.pages_per_chunk + first;
+        self.page_crcs[base..base + crcs.len()].copy_from_slice(crcs);
+        self.stored.set_range(base, crcs.len(), true);
+        self.bump(chunk);
     }
 
-    /// Reads chunk `chunk` into `buf` (its stored length). Returns `Ok(false)`, leaving `buf`
-    /// untouched, if the chunk is not stored (it is all zeros); `Ok(true)` once the data is in
-    /// `buf` and matches its checksum.
-    pub fn read_chunk(&mut self, chunk: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
-        let offset = self
-            .check(chunk, buf.len(), buf.as_ptr())
-            .map_err(ReadError::Io)?;
-        let Some(expected) = self.crcs[chunk] else {
-            return Ok(false);
-        };
-        if let Some(inj) = &self.injector {
-            inj.before_read().map_err(ReadError::Io)?;
-        }
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(ReadError::Io)?;
-        self.verify(expected, buf)?;
-        Ok(true)
-    }
-
-    /// Where to read stored chunk `chunk` into `buf` by other means (an io_uring): the file's
-    /// descriptor and the offset, after the checks [`read_chunk`](Self::read_chunk) makes.
-    /// `Ok(None)` if the chunk is not stored. Pass what was read to
-    /// [`accept_read`](Self::accept_read).
-    pub(crate) fn read_target(&self, chunk: usize, buf: &[u8]) -> io::Result<Option<(RawFd, u64)>> {
-        let offset = self.check(chunk, buf.len(), buf.as_ptr())?;
-        if self.crcs[chunk].is_none() {
-            return Ok(None);
-        }
-        Ok(Some((self.file.as_raw_fd(), offset)))
-    }
-
-    /// Where stored chunk `chunk` lives, for a read on another thread: the file, the offset
-    /// and the checksum it must match. `None` if the chunk is not stored.
-    pub(crate) fn read_source(&self, chunk: usize) -> Option<(Arc<File>, u64, u32)> {
-        let crc = self.stored_crc(chunk)?;
-        Some((
-            self.file.clone(),
-            chunk as u64 * self.chunk_size as u64,
-            crc,
-        ))
-    }
-
-    /// Accepts `buf` as chunk `chunk`'s content read elsewhere (by a prefetch) exactly as
-    /// [`read_chunk`](Self::read_chunk) accepts what it reads: the same injected failures
-    /// apply, and the data must match the stored checksum.
-    pub(crate) fn accept_read(&self, chunk: usize, buf: &mut [u8]) -> Result<(), ReadError> {
-        let Some(expected) = self.stored_crc(chunk) else {
-            return Err(ReadError::Io(io::Error::other("chunk is not stored")));
-        };
-        if let Some(inj) = &self.injector {
-            inj.before_read().map_err(ReadError::Io)?;
-        }
-        self.verify(expected, buf)
-    }
-
-    fn verify(&self, expected: u32, buf: &mut [u8]) -> Result<(), ReadError> {
-        if let Some(inj) = &self.injector {
-            inj.after_read(buf);
-        }
-        let actual = crc32c(buf);
-        if actual != expected {
-            return Err(ReadError::Checksum { expected, actual });
-        }
-        Ok(())
-    }
-
-    /// Frees chunk `chunk`'s blocks and records it as zero.
+    /// Frees chunk `chunk`'s blocks and records all its pages as zero.
     pub fn punch(&mut self, chunk: usize) -> io::Result<()> {
-        if chunk >= self.crcs.len() {
+        self.punch_pages(chunk, 0, self.pages_per_chunk)
+    }
+
+    /// Frees the blocks of pages `first..first + n` of chunk `chunk` and records them as zero.
+    pub fn punch_pages(&mut self, chunk: usize, first: usize, n: usize) -> io::Result<()> {
+        if chunk >= self.versions.len() || first.saturating_add(n) > self.pages_per_chunk {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("chunk {chunk} out of range"),
+                format!("chunk {chunk}, pages {first}+{n}: out of range"),
             ));
         }
-        if self.crcs[chunk].take().is_none() {
+        let base = chunk * self.pages_per_chunk + first;
+        if self.stored.count_range(base, n) == 0 {
             return Ok(());
         }
+        self.stored.set_range(base, n, false);
+        self.bump(chunk);
         // SAFETY: fallocate on a valid descriptor has no memory-safety preconditions.
         let r = unsafe {
             libc::fallocate(
                 self.file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                (chunk * self.chunk_size) as libc::off_t,
-                self.chunk_size as libc::off_t,
+                (chunk * self.chunk_size + first * DIRECT_ALIGN) as libc::off_t,
+                (n * DIRECT_ALIGN) as libc::off_t,
             )
         };
         if r < 0 {
@@ -468,7 +559,7 @@ mod tests {
         let mut w = buf(CS);
         let w = slice(&mut w, CS);
         w.fill(7);
-        assert_eq!(s.write_chunk(1, w).unwrap(), WriteOutcome::Written);
+        assert_eq!(s.write_pages(1, 0, w).unwrap(), WriteOutcome::Written);
         assert_eq!(std::fs::read(&victim).unwrap(), b"DATA");
         // The fallback (named, exclusive, no-follow) refuses a planted name rather than
         // following it.
@@ -493,29 +584,88 @@ mod tests {
         let w = slice(&mut w, CS);
         let r = slice(&mut r, CS);
         w.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
-        assert_eq!(s.write_chunk(2, w).unwrap(), WriteOutcome::Written);
-        assert!(s.read_chunk(2, r).unwrap());
+        assert_eq!(s.write_pages(2, 0, w).unwrap(), WriteOutcome::Written);
+        assert_eq!(s.read_pages(2, 0, r).unwrap(), CS / DIRECT_ALIGN);
         assert_eq!(r, w);
-        assert!(!s.read_chunk(1, r).unwrap());
+        assert_eq!(s.read_pages(1, 0, r).unwrap(), 0);
 
         inj.corrupt_reads(1);
         assert!(matches!(
-            s.read_chunk(2, r),
+            s.read_pages(2, 0, r),
             Err(ReadError::Checksum { .. })
         ));
         inj.fail_reads(libc::EIO, 1);
-        assert!(matches!(s.read_chunk(2, r), Err(ReadError::Io(_))));
-        assert!(s.read_chunk(2, r).unwrap());
+        assert!(matches!(s.read_pages(2, 0, r), Err(ReadError::Io(_))));
+        assert_eq!(s.read_pages(2, 0, r).unwrap(), CS / DIRECT_ALIGN);
 
         inj.fail_writes(libc::ENOSPC, 1);
-        let e = s.write_chunk(3, w).unwrap_err();
+        let e = s.write_pages(3, 0, w).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
         assert!(!s.is_stored(3));
 
         w.fill(0);
-        assert_eq!(s.write_chunk(2, w).unwrap(), WriteOutcome::Zero);
+        assert_eq!(s.write_pages(2, 0, w).unwrap(), WriteOutcome::Zero);
         assert!(!s.is_stored(2));
         assert_eq!(s.allocated_bytes().unwrap(), 0);
+    }
+
+    /// Pages of one chunk are stored, read, verified and punched on their own; a run read over
+    /// stored and unstored pages returns zeros for the unstored ones, whatever the file holds
+    /// there; the version changes with every change of the chunk's stored content.
+    #[test]
+    fn pages_are_stored_on_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let inj = Arc::new(FaultInjector::new());
+        let mut s = SwapFile::create(dir.path(), "p", CS, 2, Some(inj.clone())).unwrap();
+        let ppc = CS / DIRECT_ALIGN;
+        assert_eq!(s.pages_per_chunk(), ppc);
+        let mut w = buf(CS);
+        let w = slice(&mut w, CS);
+        w.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i / DIRECT_ALIGN) as u8 + 1);
+        // The whole chunk, then pages 3 and 4 forgotten (an interrupted rewrite) and page 5
+        // punched: the file still holds their old bytes.
+        assert_eq!(s.write_pages(1, 0, w).unwrap(), WriteOutcome::Written);
+        let v0 = s.version(1);
+        let p = DIRECT_ALIGN;
+        drop(s.prepare_write(1, 3, &w[3 * p..5 * p]).unwrap());
+        s.punch_pages(1, 5, 1).unwrap();
+        assert_ne!(s.version(1), v0);
+        assert_eq!(s.stored_pages(1), ppc - 3);
+        assert!(s.is_page_stored(1, 2) && !s.is_page_stored(1, 3) && !s.is_page_stored(1, 5));
+        assert_eq!(s.page_crc(1, 2), Some(crc32c(&w[2 * p..3 * p])));
+        assert_eq!(s.page_crc(1, 3), None);
+        let mut r = buf(8 * p);
+        let r = slice(&mut r, 8 * p);
+        r.fill(0xee);
+        assert_eq!(s.read_pages(1, 1, &mut r[..7 * p]).unwrap(), 4);
+        for (i, page) in r[..7 * p].chunks(p).enumerate() {
+            let want = if (2..5).contains(&i) { 0 } else { i as u8 + 2 };
+            assert!(page.iter().all(|&b| b == want), "page {}", i + 1);
+        }
+        // Only pages that are not stored: nothing read, buffer untouched.
+        r.fill(0xee);
+        assert_eq!(s.read_pages(1, 3, &mut r[..3 * p]).unwrap(), 0);
+        assert!(r.iter().all(|&b| b == 0xee));
+        // A corrupt page names itself.
+        inj.corrupt_reads(1);
+        match s.read_pages(1, 6, &mut r[..p]) {
+            Err(ReadError::Checksum { page: 6, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        // A run past the chunk's end is refused.
+        assert!(s.read_pages(1, ppc - 1, &mut r[..2 * p]).is_err());
+        assert!(s.punch_pages(1, ppc, 1).is_err());
+        // Page 3 written again on its own.
+        let w3 = &w[3 * p..4 * p];
+        let target = s.prepare_write(1, 3, w3).unwrap();
+        let crcs = target.write(w3).unwrap();
+        s.record_written(1, 3, &crcs);
+        assert_eq!(s.read_pages(1, 3, &mut r[..p]).unwrap(), 1);
+        assert_eq!(&r[..p], w3);
+        s.punch(1).unwrap();
+        assert!(!s.is_stored(1));
     }
 
     #[test]

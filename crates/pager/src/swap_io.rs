@@ -1,8 +1,8 @@
 //! [`SwapIo`]: all swap I/O of one region behind the operations the fault handler needs:
-//! read a chunk into a buffer (through the demand reader's io_uring when there is one, so the
-//! handler can work while the disk reads), start a write (on the page-out engine), reap
-//! finished writes, prefetch the next chunk, punch a chunk, and the checksums and stored state
-//! those decisions need. It owns the [`SwapFile`], the [`PageOutEngine`], the
+//! read a run of pages of a chunk into a buffer (through the demand reader's io_uring when there is one, so the
+//! handler can work while the disk reads), start a write of a run of pages (on the page-out
+//! engine), reap finished writes, prefetch the next chunk, punch pages, and the per-page stored
+//! state and checksums those decisions need. It owns the [`SwapFile`], the [`PageOutEngine`], the
 //! [`DemandReader`] and the [`ChunkPrefetcher`]; the handler never reaches into them.
 
 use std::io;
@@ -10,20 +10,26 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::chunk_prefetcher::ChunkPrefetcher;
+use crate::crc32c::crc32c;
 use crate::demand_reader::DemandReader;
 use crate::memfd::Mapping;
 use crate::page_out_engine::PageOutEngine;
+use crate::page_reads::{PageReadDone, PageReads};
 use crate::pager_error::PagerError;
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
-use crate::swap_file::{ReadError, SwapFile, WriteOutcome};
+use crate::swap_file::{ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};
 use crate::thread_pool_writer::ThreadPoolWriter;
 use crate::uring_writer::UringWriter;
 use crate::write_job::{WriteDone, WriteJob};
 
+/// Parallel single-page reads kept in flight at most.
+const PAGE_READ_SLOTS: usize = 8;
+
 /// How [`SwapIo::start_read`] went.
 pub(crate) enum ReadStart {
-    /// The read is over (synchronously): its outcome, as [`SwapFile::read_chunk`] gives it.
-    Done(Result<bool, ReadError>),
+    /// The read is over (synchronously): its outcome, as [`SwapFile::read_pages`] gives it
+    /// (how many of the pages are stored; 0: none, the buffer is untouched).
+    Done(Result<usize, ReadError>),
     /// The read is in flight: do other work, then [`SwapIo::finish_read`].
     InFlight,
 }
@@ -37,15 +43,20 @@ pub(crate) struct SwapIo {
     demand: Option<DemandReader>,
     /// Sequential readahead of the next chunk; `None` if off.
     prefetcher: Option<ChunkPrefetcher>,
+    /// Single-page reads in flight side by side (parallel page-ins of scattered faults);
+    /// `None` without a demand reader or where pages are not one swap page.
+    page_reads: Option<PageReads>,
     /// Reused buffer of finished writes.
     done_buf: Vec<WriteDone>,
+    /// Swap pages ([`DIRECT_ALIGN`]) per memory page: the methods count memory pages.
+    swap_pages_per_page: usize,
     /// Declared last so it is closed after the reader and writers that use its descriptor.
     swap: SwapFile,
 }
 
 impl SwapIo {
     /// The swap I/O `config` asks for, for region `region` of `chunks` chunks (`len` bytes):
-    /// a new swap file (with page checksums for `async_page_in`), the page-out engine, the
+    /// a new swap file, the page-out engine, the
     /// demand reader (with an engine, where io_uring works) and the prefetcher (readahead by
     /// copy). `tag` names the swap file and the threads.
     pub fn create(
@@ -54,23 +65,19 @@ impl SwapIo {
         region: &str,
         chunks: usize,
         len: usize,
-        async_page_in: bool,
     ) -> Result<Self, PagerError> {
         let cs = config.chunk_size;
         let thread_error = |source| PagerError::Thread {
             region: region.to_string(),
             source,
         };
-        let mut swap = SwapFile::create(
+        let swap = SwapFile::create(
             &config.swap_dir,
             tag,
             cs,
             chunks,
             config.fault_injector.clone(),
         )?;
-        if async_page_in {
-            swap.keep_page_checksums();
-        }
         let engine = match config.page_out.resolve(cs) {
             PageOut::Sync | PageOut::Auto => None,
             PageOut::Threads(n) => Some(PageOutEngine::Threads(
@@ -92,6 +99,15 @@ impl SwapIo {
         } else {
             None
         };
+        let page_reads = if demand.is_some()
+            && config.parallel_page_in
+            && config.resolve == ResolveMode::Copy
+            && crate::memfd::page_size() == DIRECT_ALIGN
+        {
+            PageReads::new(PAGE_READ_SLOTS, DIRECT_ALIGN).ok()
+        } else {
+            None
+        };
         let prefetcher = if config.readahead && config.resolve == ResolveMode::Copy {
             Some(ChunkPrefetcher::new(tag, cs).map_err(thread_error)?)
         } else {
@@ -101,9 +117,87 @@ impl SwapIo {
             engine,
             demand,
             prefetcher,
+            page_reads,
             done_buf: Vec::new(),
+            swap_pages_per_page: (crate::memfd::page_size() / DIRECT_ALIGN).max(1),
             swap,
         })
+    }
+
+    /// The descriptor that becomes readable when a parallel page read finishes; `-1` (which
+    /// `poll` ignores) without them.
+    pub fn page_read_fd(&self) -> i32 {
+        self.page_reads.as_ref().map_or(-1, |r| r.completion_fd())
+    }
+
+    /// Whether single-page reads can be kept in flight side by side.
+    pub fn has_page_reads(&self) -> bool {
+        self.page_reads.is_some()
+    }
+
+    /// Whether a parallel page read can start now (a slot is free).
+    pub fn page_read_slot_free(&self) -> bool {
+        self.page_reads.as_ref().is_some_and(|r| r.has_free_slot())
+    }
+
+    /// Starts reading page `page` of chunk `c` (stored) on its own; returns its slot and the
+    /// chunk's version now (if that changes before the read is used, the data may be stale).
+    /// `None`: not started (not stored, no free slot, or no parallel reads; read it now).
+    pub fn start_page_read(&mut self, c: usize, page: usize) -> Option<(usize, u32)> {
+        let (fd, offset) = self.swap.page_source(c, page)?;
+        let reads = self.page_reads.as_mut()?;
+        // SAFETY: `fd` is the swap file's, open as long as `self.swap`, which outlives the
+        // reader (declared last); the reader waits for its reads when dropped.
+        match unsafe { reads.start(fd, offset) } {
+            Ok(slot) => Some((slot, self.swap.version(c))),
+            Err(_) => {
+                // A lasting refusal: read synchronously from now on (dropping the reader
+                // waits for the reads it has).
+                if !reads.has_free_slot() {
+                    return None;
+                }
+                self.page_reads = None;
+                None
+            }
+        }
+    }
+
+    /// Takes the finished parallel page reads; with `wait`, waits for one if any is in
+    /// flight.
+    pub fn take_page_reads(&mut self, out: &mut Vec<PageReadDone>, wait: bool) {
+        if let Some(r) = self.page_reads.as_mut() {
+            r.take_done(out, wait);
+        }
+    }
+
+    /// The data of finished page read `slot`, accepted as page `page` of chunk `c` exactly as
+    /// a read is (checksum, injected failures).
+    pub fn accept_page_read(
+        &mut self,
+        c: usize,
+        page: usize,
+        slot: usize,
+    ) -> Result<&mut [u8], ReadError> {
+        let Some(reads) = self.page_reads.as_mut() else {
+            return Err(ReadError::Io(io::Error::other(
+                "parallel page reads are gone",
+            )));
+        };
+        let buf = reads.buffer(slot);
+        self.swap.accept_read(c, page, buf)?;
+        Ok(buf)
+    }
+
+    /// Gives page read `slot`'s buffer back.
+    pub fn release_page_read(&mut self, slot: usize) {
+        if let Some(r) = self.page_reads.as_mut() {
+            r.release(slot);
+        }
+    }
+
+    /// A number that changes whenever chunk `c`'s stored content changes.
+    pub fn version(&self, c: usize) -> u32 {
+        self.swap.version(c)
     }
 
     /// Whether swap I/O bypasses the page cache (`O_DIRECT`).
@@ -121,19 +215,47 @@ impl SwapIo {
         &self.swap
     }
 
-    /// Whether chunk `c` holds stored data (else it reads as zero).
+    /// Whether any page of chunk `c` is stored (else it reads as zero).
     pub fn is_stored(&self, c: usize) -> bool {
         self.swap.is_stored(c)
     }
 
-    /// The CRC32C recorded for chunk `c`, if it is stored.
-    pub fn stored_crc(&self, c: usize) -> Option<u32> {
-        self.swap.stored_crc(c)
+    /// How many swap pages of memory pages `first..first + n` of chunk `c` are stored (0:
+    /// they all read as zero). Memory pages are a whole number of swap pages
+    /// ([`DIRECT_ALIGN`]).
+    pub fn stored_in(&self, c: usize, first: usize, n: usize) -> usize {
+        let k = self.swap_pages_per_page;
+        self.swap.stored_pages_in(c, first * k, n * k)
+    }
+
+    /// Whether memory page `page` of chunk `c`, holding `data`, matches its swap copy:
+    /// `Some(true)` if every part of it is stored with `data`'s checksum, `Some(false)` if
+    /// stored but different, `None` if not (wholly) stored.
+    pub fn matches_stored(&self, c: usize, page: usize, data: &[u8]) -> Option<bool> {
+        let k = self.swap_pages_per_page;
+        let mut same = true;
+        for (i, part) in data.chunks(DIRECT_ALIGN).enumerate().take(k) {
+            let crc = self.swap.page_crc(c, page * k + i)?;
+            same &= crc32c(part) == crc;
+        }
+        Some(same)
+    }
+
+    /// The CRC32C recorded for swap page `page` of chunk `c`, if it is stored.
+    #[cfg(test)]
+    pub fn page_crc(&self, c: usize, page: usize) -> Option<u32> {
+        self.swap.page_crc(c, page)
     }
 
     /// Frees chunk `c`'s swap copy; it reads as zero from now on.
     pub fn punch(&mut self, c: usize) -> io::Result<()> {
         self.swap.punch(c)
+    }
+
+    /// Frees the swap copies of memory pages `first..first + n` of chunk `c`.
+    pub fn punch_pages(&mut self, c: usize, first: usize, n: usize) -> io::Result<()> {
+        let k = self.swap_pages_per_page;
+        self.swap.punch_pages(c, first * k, n * k)
     }
 
     /// Whether writes are asynchronous ([`start_write`](Self::start_write)) rather than
@@ -153,28 +275,30 @@ impl SwapIo {
         self.engine.as_ref().map_or(-1, |e| e.completion_fd())
     }
 
-    /// Writes `data` as chunk `c` now (all zeros: punched instead).
-    pub fn write_now(&mut self, c: usize, data: &[u8]) -> io::Result<WriteOutcome> {
-        self.swap.write_chunk(c, data)
+    /// Writes `data` as pages `first..` of chunk `c` now (all zeros: punched instead).
+    pub fn write_now(&mut self, c: usize, first: usize, data: &[u8]) -> io::Result<WriteOutcome> {
+        self.swap
+            .write_pages(c, first * self.swap_pages_per_page, data)
     }
 
-    /// Starts writing `data` as chunk `c` on the page-out engine; the chunk's old swap copy is
-    /// forgotten now, its new checksum recorded when [`reap_writes`](Self::reap_writes)
-    /// reports the write done and the caller [`accept_write`](Self::accept_write)s it.
+    /// Starts writing `data` as pages `first..` of chunk `c` on the page-out engine; their old
+    /// swap copies are forgotten now, their new checksums recorded when
+    /// [`reap_writes`](Self::reap_writes) reports the write done and the caller
+    /// [`accept_write`](Self::accept_write)s it.
     ///
     /// # Safety
     ///
     /// `data` must stay mapped, and nobody may write it, until the write has been reaped
     /// (the engine reads it on another thread or in the kernel after this returns).
-    pub unsafe fn start_write(&mut self, c: usize, data: &[u8]) -> io::Result<()> {
+    pub unsafe fn start_write(&mut self, c: usize, first: usize, data: &[u8]) -> io::Result<()> {
         let Some(engine) = self.engine.as_mut() else {
             return Err(io::Error::other("no asynchronous page-out engine"));
         };
-        let target = self.swap.prepare_write(c, data)?;
-        // The bytes the write will carry: nobody changes them until it completes.
-        self.swap.set_page_checksums(c, data);
+        let first = first * self.swap_pages_per_page;
+        let target = self.swap.prepare_write(c, first, data)?;
         engine.submit(WriteJob {
             chunk: c,
+            first_page: first,
             addr: data.as_ptr() as usize,
             len: data.len(),
             target,
@@ -205,12 +329,19 @@ impl SwapIo {
         self.done_buf = done;
     }
 
-    /// Records that the write of chunk `c` succeeded with checksum `crc`.
-    pub fn accept_write(&mut self, c: usize, crc: u32) {
-        self.swap.record_written(c, crc);
+    /// Records that a write reported done by [`reap_writes`](Self::reap_writes) succeeded
+    /// with these checksums; `first_page` is the [`WriteDone`]'s (in swap pages).
+    pub fn accept_write(&mut self, c: usize, first_page: usize, crcs: &[u32]) {
+        self.swap.record_written(c, first_page, crcs);
     }
 
-    /// Starts reading stored chunk `c` into `buf`: through the demand reader when there is
+    /// Memory pages of a [`WriteDone`] run given in swap pages: its first page and count.
+    pub fn memory_pages(&self, first_page: usize, pages: usize) -> (usize, usize) {
+        let k = self.swap_pages_per_page;
+        (first_page / k, pages / k)
+    }
+
+    /// Starts reading pages `first..` of chunk `c` into `buf`: through the demand reader when there is
     /// one (and writes are asynchronous), returning [`ReadStart::InFlight`]; otherwise reads
     /// it now. A read the ring refuses is done synchronously, and later reads too.
     ///
@@ -218,44 +349,55 @@ impl SwapIo {
     ///
     /// After [`ReadStart::InFlight`], `buf` must stay valid and untouched by anyone until
     /// [`finish_read`](Self::finish_read) is called with it (the kernel writes it meanwhile).
-    pub unsafe fn start_read(&mut self, c: usize, buf: &mut [u8]) -> ReadStart {
+    pub unsafe fn start_read(&mut self, c: usize, first: usize, buf: &mut [u8]) -> ReadStart {
+        let first = first * self.swap_pages_per_page;
         if self.engine.is_none() || self.demand.is_none() {
-            return ReadStart::Done(self.swap.read_chunk(c, buf));
+            return ReadStart::Done(self.swap.read_pages(c, first, buf));
         }
-        let (fd, offset) = match self.swap.read_target(c, buf) {
+        let (fd, offset) = match self.swap.read_target(c, first, buf) {
             Ok(Some(t)) => t,
-            Ok(None) => return ReadStart::Done(Ok(false)),
+            Ok(None) => return ReadStart::Done(Ok(0)),
             Err(e) => return ReadStart::Done(Err(ReadError::Io(e))),
         };
         let started = match self.demand.as_mut() {
             // SAFETY: the caller keeps `buf` valid and untouched until `finish_read`; `fd` is
             // the swap file's, open as long as `self.swap`, which outlives the reader.
             Some(d) => unsafe { d.start(fd, offset, buf) },
-            None => return ReadStart::Done(self.swap.read_chunk(c, buf)),
+            None => return ReadStart::Done(self.swap.read_pages(c, first, buf)),
         };
         if started.is_err() {
             // The ring refused the read: read synchronously from now on.
             self.demand = None;
-            return ReadStart::Done(self.swap.read_chunk(c, buf));
+            return ReadStart::Done(self.swap.read_pages(c, first, buf));
         }
         ReadStart::InFlight
     }
 
     /// Waits for the read [`start_read`](Self::start_read) left in flight and checks what
-    /// it read into `buf` against chunk `c`'s checksum.
-    pub fn finish_read(&mut self, c: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
+    /// it read into `buf` against the pages' checksums; returns how many were stored.
+    pub fn finish_read(
+        &mut self,
+        c: usize,
+        first: usize,
+        buf: &mut [u8],
+    ) -> Result<usize, ReadError> {
+        let first = first * self.swap_pages_per_page;
         let done = match self.demand.as_mut() {
             Some(d) => d.finish(),
             None => Err(io::Error::other("demand reader lost")),
         };
         done.map_err(ReadError::Io)?;
-        self.swap.accept_read(c, buf).map(|()| true)
+        self.swap.accept_read(c, first, buf)?;
+        Ok(self
+            .swap
+            .stored_pages_in(c, first, buf.len() / DIRECT_ALIGN))
     }
 
-    /// Reads page `page` of stored chunk `c` into `buf` and verifies it against its own
-    /// checksum; `Ok(false)` if there is none (read the whole chunk instead).
-    pub fn read_page(&self, c: usize, page: usize, buf: &mut [u8]) -> Result<bool, ReadError> {
-        self.swap.read_page(c, page, buf)
+    /// Reads page `page` of chunk `c` into `buf` (one page) now and verifies it; `Ok(0)` if it
+    /// is not stored (`buf` untouched).
+    pub fn read_page(&self, c: usize, page: usize, buf: &mut [u8]) -> Result<usize, ReadError> {
+        self.swap
+            .read_pages(c, page * self.swap_pages_per_page, buf)
     }
 
     /// Starts reading stored chunk `c` (`len` bytes) ahead, on the prefetcher; whether a
@@ -264,10 +406,10 @@ impl SwapIo {
         let Some(pf) = self.prefetcher.as_mut() else {
             return false;
         };
-        let Some((file, offset, crc)) = self.swap.read_source(c) else {
+        let Some((file, offset, version)) = self.swap.read_source(c) else {
             return false;
         };
-        pf.start(c, crc, file, offset, len);
+        pf.start(c, version, file, offset, len);
         true
     }
 
@@ -275,16 +417,16 @@ impl SwapIo {
     /// buffer with `bounce`, which then holds the data; check it with
     /// [`verify_prefetched`](Self::verify_prefetched). `false`: read the chunk.
     pub fn take_prefetched(&mut self, c: usize, bounce: &mut Mapping) -> bool {
-        let crc_now = self.swap.stored_crc(c);
+        let version_now = self.swap.version(c);
         self.prefetcher
             .as_mut()
-            .is_some_and(|pf| pf.take_into(c, crc_now, bounce))
+            .is_some_and(|pf| pf.take_into(c, version_now, bounce))
     }
 
     /// Accepts `buf`, taken from the prefetcher, as chunk `c`'s content exactly as a read is
-    /// accepted (checksum, injected failures).
+    /// accepted (checksums, injected failures, pages not stored zeroed).
     pub fn verify_prefetched(&self, c: usize, buf: &mut [u8]) -> Result<(), ReadError> {
-        self.swap.accept_read(c, buf)
+        self.swap.accept_read(c, 0, buf)
     }
 }
 
@@ -329,7 +471,7 @@ mod tests {
                 .overlapped_page_in(true)
                 .readahead(true)
                 .resolve(ResolveMode::Copy);
-            let mut io = match SwapIo::create(&config, "t", "test", 4, 4 * CS, false) {
+            let mut io = match SwapIo::create(&config, "t", "test", 4, 4 * CS) {
                 Ok(io) => io,
                 // io_uring may be disabled here; the other engines still run.
                 Err(e) if page_out == PageOut::IoUring(4) => {
@@ -341,18 +483,19 @@ mod tests {
             let mut data = filled(0x5a);
             if io.writes_async() {
                 // SAFETY: `data` lives and is unchanged until the write is reaped below.
-                unsafe { io.start_write(2, bytes(&mut data)) }.unwrap();
+                unsafe { io.start_write(2, 0, bytes(&mut data)) }.unwrap();
                 let mut done = Vec::new();
                 while done.is_empty() {
                     done = io.reap_writes(true);
                 }
                 let d = done.pop().unwrap();
                 assert_eq!(d.chunk, 2);
-                io.accept_write(2, d.result.unwrap());
+                assert_eq!((d.first_page, d.pages), (0, CS / 4096));
+                io.accept_write(2, 0, &d.result.unwrap());
                 io.recycle(done);
             } else {
                 assert_eq!(
-                    io.write_now(2, bytes(&mut data)).unwrap(),
+                    io.write_now(2, 0, bytes(&mut data)).unwrap(),
                     WriteOutcome::Written
                 );
             }
@@ -360,11 +503,11 @@ mod tests {
             let mut back = filled(0);
             let buf = bytes(&mut back);
             // SAFETY: `buf` is untouched until `finish_read`.
-            let read = match unsafe { io.start_read(2, buf) } {
+            let read = match unsafe { io.start_read(2, 0, buf) } {
                 ReadStart::Done(r) => r,
-                ReadStart::InFlight => io.finish_read(2, buf),
+                ReadStart::InFlight => io.finish_read(2, 0, buf),
             };
-            assert!(read.unwrap(), "{page_out:?}");
+            assert_eq!(read.unwrap(), CS / 4096, "{page_out:?}");
             assert!(buf.iter().all(|&b| b == 0x5a));
             assert!(io.prefetch(2, CS));
             let mut bounce = filled(0);
@@ -373,7 +516,7 @@ mod tests {
             assert!(bytes(&mut bounce).iter().all(|&b| b == 0x5a));
             assert!(!io.prefetch(1, CS), "not stored: nothing to read ahead");
             io.punch(2).unwrap();
-            assert!(!io.is_stored(2) && io.stored_crc(2).is_none());
+            assert!(!io.is_stored(2) && io.page_crc(2, 0).is_none());
         }
     }
 }

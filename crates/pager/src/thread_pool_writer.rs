@@ -54,14 +54,18 @@ impl ThreadPoolWriter {
     }
 
     pub fn submit(&mut self, job: WriteJob) {
-        let chunk = job.chunk;
-        let sent = self.jobs.as_ref().map(|tx| tx.send(job));
-        if !matches!(sent, Some(Ok(()))) {
+        let Some(tx) = self.jobs.as_ref() else {
+            return self.finish(WriteDone::of(
+                &job,
+                Err(io::Error::other("page-out writer threads are gone")),
+            ));
+        };
+        if let Err(std::sync::mpsc::SendError(job)) = tx.send(job) {
             // No writer left (cannot happen while the pool lives): report the job failed.
-            self.finish(WriteDone {
-                chunk,
-                result: Err(io::Error::other("page-out writer threads are gone")),
-            });
+            self.finish(WriteDone::of(
+                &job,
+                Err(io::Error::other("page-out writer threads are gone")),
+            ));
         }
     }
 
@@ -105,13 +109,7 @@ fn writer_loop(rx: &Mutex<Receiver<WriteJob>>, finished: &Finished) {
         // until this write is reported done.
         let data = unsafe { std::slice::from_raw_parts(job.addr as *const u8, job.len) };
         let result = job.target.write(data);
-        finish(
-            finished,
-            WriteDone {
-                chunk: job.chunk,
-                result,
-            },
-        );
+        finish(finished, WriteDone::of(&job, result));
     }
 }
 

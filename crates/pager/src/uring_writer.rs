@@ -6,8 +6,8 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::crc32c::crc32c;
 use crate::event_fd::EventFd;
+use crate::swap_file::page_checksums;
 use crate::write_job::{WriteDone, WriteJob};
 
 /// An io_uring for chunk writes.
@@ -15,12 +15,23 @@ pub(crate) struct UringWriter {
     ring: IoUring,
     signal: EventFd,
     depth: usize,
-    /// Writes in flight: (chunk, CRC32C of its data, expected length).
-    in_flight: Vec<(usize, u32, usize)>,
+    /// Writes in flight, by the id in their entry's user data.
+    in_flight: Vec<InFlight>,
+    /// The id of the next write.
+    next_id: u64,
     /// Writes that failed before reaching the ring (injected failures, a full ring).
     failed: Vec<WriteDone>,
     /// Entries queued but not yet accepted by the kernel (a submit failed; retried).
     unsubmitted: bool,
+}
+
+/// A write the ring has: its run, the page checksums of its data, the length it must write.
+struct InFlight {
+    id: u64,
+    chunk: usize,
+    first_page: usize,
+    crcs: Vec<u32>,
+    len: usize,
 }
 
 impl std::fmt::Debug for UringWriter {
@@ -44,6 +55,7 @@ impl UringWriter {
             signal,
             depth,
             in_flight: Vec::with_capacity(depth),
+            next_id: 0,
             failed: Vec::new(),
             unsubmitted: false,
         })
@@ -51,12 +63,14 @@ impl UringWriter {
 
     pub fn submit(&mut self, job: WriteJob) {
         if let Err(e) = job.target.injected_failure() {
-            return self.fail(job.chunk, e);
+            return self.fail(&job, e);
         }
-        // SAFETY: per `WriteJob`'s contract, the chunk's bytes stay mapped and unwritten until
-        // the write completes; the checksum is taken now, over the same bytes the ring writes.
+        // SAFETY: per `WriteJob`'s contract, the pages stay mapped and unwritten until the
+        // write completes; the checksums are taken now, over the same bytes the ring writes.
         let data = unsafe { std::slice::from_raw_parts(job.addr as *const u8, job.len) };
-        let crc = crc32c(data);
+        let crcs = page_checksums(data);
+        let id = self.next_id;
+        self.next_id += 1;
         let sqe = opcode::Write::new(
             types::Fd(job.target.file.as_raw_fd()),
             job.addr as *const u8,
@@ -64,29 +78,35 @@ impl UringWriter {
         )
         .offset(job.target.offset)
         .build()
-        .user_data(job.chunk as u64);
+        .user_data(id);
         // SAFETY: the entry's buffer stays valid until its completion is reaped (see above),
         // and the file stays open: `job.target.file` is the swap file, which the handler keeps
         // until every write in flight has completed.
-        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        let mut pushed = unsafe { self.ring.submission().push(&sqe) };
+        if pushed.is_err() && self.ring.submit().is_ok() {
+            // The queue was full of entries not yet passed to the kernel: pass them, which
+            // frees their slots (the kernel keeps completions beyond the ring's size).
+            // SAFETY: as above.
+            pushed = unsafe { self.ring.submission().push(&sqe) };
+        }
         if pushed.is_err() {
-            return self.fail(
-                job.chunk,
-                io::Error::other("io_uring submission queue full"),
-            );
+            return self.fail(&job, io::Error::other("io_uring submission queue full"));
         }
         // The entry is queued: from now on it is in flight, whether this submit succeeds or a
         // later one (in `take_done`) passes it to the kernel. Failing it here instead would let
         // a late write land over newer data in the same slot.
-        self.in_flight.push((job.chunk, crc, job.len));
+        self.in_flight.push(InFlight {
+            id,
+            chunk: job.chunk,
+            first_page: job.first_page,
+            crcs,
+            len: job.len,
+        });
         self.unsubmitted = self.ring.submit().is_err();
     }
 
-    fn fail(&mut self, chunk: usize, e: io::Error) {
-        self.failed.push(WriteDone {
-            chunk,
-            result: Err(e),
-        });
+    fn fail(&mut self, job: &WriteJob, e: io::Error) {
+        self.failed.push(WriteDone::of(job, Err(e)));
         self.signal.signal();
     }
 
@@ -97,23 +117,28 @@ impl UringWriter {
         }
         out.append(&mut self.failed);
         for cqe in self.ring.completion() {
-            let chunk = cqe.user_data() as usize;
-            let Some(i) = self.in_flight.iter().position(|&(c, _, _)| c == chunk) else {
+            let id = cqe.user_data();
+            let Some(i) = self.in_flight.iter().position(|w| w.id == id) else {
                 continue;
             };
-            let (_, crc, len) = self.in_flight.swap_remove(i);
+            let w = self.in_flight.swap_remove(i);
             let res = cqe.result();
             let result = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
-            } else if res as usize != len {
+            } else if res as usize != w.len {
                 Err(io::Error::new(
                     io::ErrorKind::WriteZero,
-                    format!("short write: {res} of {len} bytes"),
+                    format!("short write: {res} of {} bytes", w.len),
                 ))
             } else {
-                Ok(crc)
+                Ok(w.crcs)
             };
-            out.push(WriteDone { chunk, result });
+            out.push(WriteDone {
+                chunk: w.chunk,
+                first_page: w.first_page,
+                pages: w.len / crate::swap_file::DIRECT_ALIGN,
+                result,
+            });
         }
     }
 

@@ -8,7 +8,8 @@ use common::{pattern, read, supported, write, Rng};
 use std::time::Duration;
 
 use memvisor_pager::{
-    page_size, FaultInjector, PageOut, PagerError, Region, RegionConfig, RegionStats, ResolveMode,
+    page_size, FaultInjector, PageInUnit, PageOut, PagerError, Region, RegionConfig, RegionStats,
+    ResolveMode,
 };
 use memvisor_policy::PolicySpec;
 
@@ -52,7 +53,7 @@ fn sequential_pass_survives_eviction() {
             "{mode:?}: memfd holds {held} bytes"
         );
         assert_eq!(s.chunks, 9);
-        assert!(s.resident_chunks <= 2, "{s:?}");
+        assert!(s.resident_pages <= 2 * 16, "{s:?}");
         assert!(s.page_outs >= 7 && s.page_ins >= 7, "{s:?}");
         assert_eq!(s.write_errors + s.read_errors, 0);
         assert!(region.take_errors().is_empty());
@@ -71,7 +72,9 @@ fn untouched_and_zero_chunks_read_as_zero_and_are_not_stored() {
     let ps = page_size();
     let chunk = 4 * ps;
     let dir = tempfile::tempdir().unwrap();
-    let region = Region::new(config(32 * chunk, chunk, chunk, dir.path())).unwrap();
+    let region =
+        Region::new(config(32 * chunk, chunk, chunk, dir.path()).page_in_unit(PageInUnit::Chunk))
+            .unwrap();
     let mut got = vec![1u8; ps];
     for c in 0..32 {
         read(&region, c * chunk + ps, &mut got);
@@ -125,6 +128,7 @@ struct Stress {
     overlapped_page_in: bool,
     busy_poll: Option<Duration>,
     async_page_in: bool,
+    unit: PageInUnit,
 }
 
 impl Stress {
@@ -146,7 +150,13 @@ impl Stress {
             overlapped_page_in: true,
             busy_poll: None,
             async_page_in: false,
+            unit: PageInUnit::Adaptive,
         }
+    }
+
+    fn unit(mut self, unit: PageInUnit) -> Self {
+        self.unit = unit;
+        self
     }
 
     fn async_page_in(mut self, on: bool) -> Self {
@@ -197,6 +207,7 @@ impl Stress {
             overlapped_page_in,
             busy_poll,
             async_page_in,
+            unit,
         } = self;
         let ps = page_size();
         let chunk = chunk_pages * ps;
@@ -212,6 +223,7 @@ impl Stress {
             .overlapped_page_in(overlapped_page_in)
             .busy_poll(busy_poll)
             .async_page_in(async_page_in)
+            .page_in_unit(unit)
             .log_errors(false);
         cfg.fault_injector = injector.clone();
         let region = Arc::new(Region::new(cfg).unwrap());
@@ -327,8 +339,9 @@ impl Stress {
             );
         }
         let s = region.stats();
+        // The budget counts pages (chunks may be partly resident).
         assert!(
-            s.resident_chunks <= budget_chunks as u64 + s.overrun_chunks,
+            s.resident_pages <= (budget_chunks as u64 + s.overrun_chunks) * chunk_pages as u64,
             "{policy} {mode:?}: {s:?}"
         );
         assert!(
@@ -364,6 +377,147 @@ fn randomized_multithreaded_every_policy_and_mode() {
             stress(policy.clone(), mode, 4, 2);
         }
     }
+}
+
+/// The fixed page-in units (the default, adaptive, runs in every other randomized test):
+/// whole chunks, and single pages (every chunk partly resident), every online policy, both
+/// resolve modes, synchronous and asynchronous page-out.
+#[test]
+fn randomized_fixed_page_in_units() {
+    if !supported() {
+        return;
+    }
+    for unit in [PageInUnit::Chunk, PageInUnit::Page] {
+        for policy in PolicySpec::all() {
+            if policy.is_offline() {
+                continue;
+            }
+            for (mode, page_out) in [
+                (ResolveMode::AliasContinue, PageOut::Sync),
+                (ResolveMode::Copy, PageOut::IoUring(4)),
+            ] {
+                Stress::new(policy.clone(), mode, 4, 2)
+                    .unit(unit)
+                    .page_out(page_out)
+                    .run();
+            }
+        }
+    }
+}
+
+/// With the defaults, a scattered read of a chunk in swap brings in the faulting page alone
+/// and a sequential pass whole chunks; the budget counts pages, so more chunks than the budget
+/// holds may be partly resident, never more pages; and nothing is lost either way.
+#[test]
+fn adaptive_page_in_reads_pages_when_scattered_and_chunks_when_streaming() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let chunks = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(
+        config(chunks * chunk, 4 * chunk, chunk, dir.path())
+            .page_out(PageOut::Sync)
+            .sample_interval(None),
+    )
+    .unwrap();
+    // Sequential fill: every page holds its index.
+    for p in 0..chunks * 16 {
+        write(&region, p * ps, &(p as u64).to_le_bytes());
+    }
+    let s = region.stats();
+    assert!(s.resident_pages <= 4 * 16, "{s:?}");
+    assert!(
+        s.zero_fills <= chunks as u64 + 1,
+        "whole chunks zero-filled: {s:?}"
+    );
+    // Scattered reads: one page each, far apart.
+    let before = region.stats();
+    let mut b = [0u8; 8];
+    let mut rng = Rng::new(5);
+    for _ in 0..200 {
+        let p = rng.below(chunks * 16);
+        read(&region, p * ps, &mut b);
+        assert_eq!(u64::from_le_bytes(b), p as u64, "page {p}");
+    }
+    let s = region.stats();
+    let ins = s.page_ins - before.page_ins;
+    let scattered = s.scattered_page_ins - before.scattered_page_ins;
+    assert!(ins > 50 && scattered * 10 >= ins * 9, "{s:?}");
+    assert!(
+        s.bytes_read - before.bytes_read < ins * (2 * ps) as u64,
+        "a page per page-in, not a chunk: {s:?}"
+    );
+    assert!(s.resident_chunks > 4, "partly resident chunks: {s:?}");
+    assert!(s.resident_pages <= 4 * 16, "{s:?}");
+    // A sequential pass again: whole chunks.
+    let before = region.stats();
+    for p in 0..chunks * 16 {
+        read(&region, p * ps, &mut b);
+        assert_eq!(u64::from_le_bytes(b), p as u64, "page {p}");
+    }
+    let s = region.stats();
+    let ins = s.page_ins - before.page_ins;
+    assert!(
+        ins <= 2 * chunks as u64 && s.scattered_page_ins - before.scattered_page_ins <= 4,
+        "{s:?}"
+    );
+    assert!(s.resident_pages <= 4 * 16, "{s:?}");
+    assert_eq!(s.write_errors + s.read_errors, 0);
+}
+
+/// Scattered faults from several threads are read side by side (parallel page-in), threads
+/// faulting on a page being read wait for that read, and every page reads back right, with
+/// the default settings (copy mode, an asynchronous engine, overlapped page-in).
+#[test]
+fn scattered_faults_of_several_threads_are_read_in_parallel() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let chunks = 128;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Arc::new(
+        Region::new(config(chunks * chunk, 4 * chunk, chunk, dir.path()).sample_interval(None))
+            .unwrap(),
+    );
+    let pages = chunks * 16;
+    for p in 0..pages {
+        write(&region, p * ps, &(p as u64).to_le_bytes());
+    }
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let region = region.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(t + 10);
+                let mut b = [0u8; 8];
+                for i in 0..600 {
+                    // Every fourth access goes to a page the other threads use too.
+                    let p = if i % 4 == 0 {
+                        (i * 7) % pages
+                    } else {
+                        rng.below(pages)
+                    };
+                    read(&region, p * ps, &mut b);
+                    assert_eq!(u64::from_le_bytes(b), p as u64, "thread {t}: page {p}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = region.stats();
+    assert!(s.parallel_page_reads > 100, "{s:?}");
+    assert!(s.resident_pages <= 4 * 16, "{s:?}");
+    assert_eq!(
+        s.write_errors + s.read_errors + s.dirty_tracking_misses,
+        0,
+        "{s:?}"
+    );
 }
 
 /// A budget of 8 chunks leaves asynchronous page-out a headroom of 2: victims are written
@@ -695,8 +849,12 @@ fn without_dirty_tracking_every_eviction_writes() {
     let ps = page_size();
     let chunk = 4 * ps;
     let dir = tempfile::tempdir().unwrap();
-    let region =
-        Region::new(config(6 * chunk, chunk, chunk, dir.path()).dirty_tracking(false)).unwrap();
+    let region = Region::new(
+        config(6 * chunk, chunk, chunk, dir.path())
+            .page_in_unit(PageInUnit::Chunk)
+            .dirty_tracking(false),
+    )
+    .unwrap();
     assert!(!region.dirty_tracking());
     for _ in 0..2 {
         for c in 0..6 {

@@ -333,7 +333,7 @@ impl ManagedProcess {
                 mapped_bytes: mapped,
                 budget_bytes: r.budget_bytes() as u64,
                 policy: r.policy_name(),
-                resident_bytes: s.resident_chunks * cs,
+                resident_bytes: s.resident_pages * memvisor_pager::page_size() as u64,
                 swapped_bytes: s.swapped_chunks * cs,
                 missing_faults: s.missing_faults,
                 minor_faults: s.minor_faults,

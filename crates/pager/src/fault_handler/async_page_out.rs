@@ -1,59 +1,60 @@
-//! Asynchronous page-out (seed 003, section 4.3): the handler hands a dirty victim's write to the
-//! [`PageOutEngine`](crate::page_out_engine::PageOutEngine) (through
+//! Asynchronous page-out (seed 003, section 4.3): the handler hands the writes of a victim's
+//! changed pages to the [`PageOutEngine`](crate::page_out_engine::PageOutEngine) (through
 //! [`SwapIo`](crate::swap_io::SwapIo)) and goes on serving faults; the chunk stays in memory, in
-//! state `Writing`, until the write completes, and is punched out of the memfd then. A fault on a
-//! chunk being written is served at completion by keeping the chunk (no read needed). A headroom of
-//! free chunks is kept ahead of demand, so a page-in seldom waits for a write.
+//! state `Writing`, until its last write completes, and is punched out of the memfd then. A
+//! fault on a resident page of a chunk being written is served at completion by keeping the
+//! chunk (no read needed). A headroom of free pages is kept ahead of demand, so a page-in
+//! seldom waits for a write.
 
 use std::sync::atomic::Ordering;
 
+use super::chunk_table::WriteProgress;
 use super::{ChunkState, FaultHandler, Fill};
 use crate::pager_error::PagerError;
 use crate::region_stats::add;
-use crate::swap_file::is_zero;
 use crate::swap_full::{is_out_of_space, SwapFigures};
 use crate::write_job::WriteDone;
 
+/// Most page-out writes in flight at once, all chunks together.
+const MAX_WRITES_IN_FLIGHT: usize = 256;
+
 impl FaultHandler {
-    /// Starts writing dirty chunk `v` (entries already dropped, written state harvested).
-    /// All-zero data needs no write: the chunk is dropped at once.
-    pub(super) fn start_write(&mut self, v: usize, start: usize, len: usize) -> Result<(), ()> {
-        // SAFETY: the alias mapping covers the region; nobody writes the chunk now (its
-        // registered entries are gone, so program accesses fault and wait for this thread).
-        let data =
-            unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start), len) };
-        if is_zero(data) {
-            if let Err(source) = self.io.punch(v) {
-                self.write_failed(v, start, source);
-                return Err(());
+    /// Starts the writes of chunk `v`'s runs of changed pages `(first, count)` (entries
+    /// already dropped, written state harvested). The chunk is `Writing` until the last one
+    /// completes; a write refused at once counts as a failed one.
+    pub(super) fn start_writes(&mut self, v: usize, runs: &[(usize, usize)]) {
+        let pg = self.memory.page;
+        let start = self.chunk_range(v).0;
+        self.chunks.start_writing(v, runs.len());
+        for &(f, n) in runs {
+            let at = start + f * pg;
+            // SAFETY: the alias mapping covers the region, and `[at, at + n * pg)` lies in
+            // chunk `v`; it outlives every write in flight (the handler reaps them all before it
+            // exits, and `io` is dropped before `memory`, which holds the alias). Nobody writes
+            // these pages until the write is reaped: the chunk is `Writing`, its registered
+            // entries are gone, and faults on it wait for the completion.
+            let data =
+                unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(at), n * pg) };
+            // SAFETY: as above.
+            if let Err(source) = unsafe { self.io.start_write(v, f, data) } {
+                self.write_failed(v, at, source);
+                self.complete_job(v, false);
             }
-            add(&self.stats().zero_page_outs, 1);
-            self.chunks.set_written(v, false);
-            return self.drop_chunk(v, start, len);
         }
-        // SAFETY: `data` is the chunk's part of the alias mapping, which outlives every write in
-        // flight (the handler reaps them all before it exits, and `io` is dropped before `memory`,
-        // which holds the alias); nobody writes it until the write is reaped: the chunk is
-        // `Writing`, its registered entries are gone, and faults on it wait for the completion.
-        if let Err(source) = unsafe { self.io.start_write(v, data) } {
-            self.write_failed(v, start, source);
-            return Err(());
-        }
-        self.chunks.start_writing(v);
-        Ok(())
     }
 
-    /// Counts and records a failed page-out of chunk `v` (at region offset `start`); a failure
-    /// for lack of space goes to the current swap-full episode instead of the log.
-    pub(super) fn write_failed(&mut self, v: usize, start: usize, source: std::io::Error) {
+    /// Counts and records a failed page-out write of chunk `v` (at region offset `offset`); a
+    /// failure for lack of space goes to the current swap-full episode instead of the log.
+    pub(super) fn write_failed(&mut self, v: usize, offset: usize, source: std::io::Error) {
         add(&self.stats().write_errors, 1);
         let out_of_space = is_out_of_space(&source);
         if out_of_space {
+            let pg = self.memory.page as u64;
             let cs = self.memory.chunk_size as u64;
             let figures = SwapFigures {
                 region: &self.shared.name,
                 swap: self.io.swap_file(),
-                resident: self.stats().resident_chunks.load(Ordering::Relaxed) * cs,
+                resident: self.stats().resident_pages.load(Ordering::Relaxed) * pg,
                 budget: self.shared.budget_chunks.load(Ordering::Relaxed) as u64 * cs,
                 chunk: cs,
             };
@@ -64,7 +65,7 @@ impl FaultHandler {
         let e = PagerError::SwapWrite {
             region: self.shared.name.clone(),
             chunk: v as u64,
-            offset: start as u64,
+            offset: offset as u64,
             path: self.io.path().to_path_buf(),
             source,
         };
@@ -78,7 +79,7 @@ impl FaultHandler {
     /// Takes the finished writes and completes each; with `block`, waits until at least one has
     /// finished (if any is in flight).
     pub(super) fn reap_writes(&mut self, block: bool) {
-        let wait = block && self.chunks.writing() > 0;
+        let wait = block && self.chunks.jobs_in_flight() > 0;
         let mut done = self.io.reap_writes(wait);
         for d in done.drain(..) {
             self.finish_write(d);
@@ -86,46 +87,73 @@ impl FaultHandler {
         self.io.recycle(done);
     }
 
-    /// Completes one write: the chunk leaves memory, or stays if a fault asked for it
-    /// meanwhile or the write failed (then as overrun, retried later).
+    /// Completes one write: records its pages' new swap copies (or the error), and if it was
+    /// the chunk's last, lets the chunk leave memory.
     fn finish_write(&mut self, d: WriteDone) {
-        let v = d.chunk;
-        let Some(rescue) = self.chunks.finish_writing(v) else {
+        let c = d.chunk;
+        if !self.chunks.is(c, ChunkState::Writing) {
             return;
-        };
-        let (start, len) = self.chunk_range(v);
-        match d.result {
-            Ok(crc) => {
-                self.io.accept_write(v, crc);
+        }
+        let (f, n) = self.io.memory_pages(d.first_page, d.pages);
+        let pg = self.memory.page;
+        let ok = match d.result {
+            Ok(crcs) => {
+                self.io.accept_write(c, d.first_page, &crcs);
+                // Swap now holds exactly these pages' content.
+                self.chunks.set_written(c, f, n, false);
+                add(&self.stats().bytes_written, (n * pg) as u64);
                 self.page_out_options
                     .swap_full
                     .write_succeeded(&self.shared.stats, &self.shared.name);
-                add(&self.stats().page_outs, 1);
-                add(&self.stats().bytes_written, len as u64);
-                // Swap now holds exactly the memory's content.
-                self.chunks.set_written(v, false);
-                if rescue {
-                    add(&self.stats().rescued_chunks, 1);
-                    self.remap(start, len);
-                    self.readmit(v);
-                } else if self.drop_chunk(v, start, len).is_err() {
-                    self.push_overrun(v);
-                }
+                true
             }
             Err(source) => {
-                self.write_failed(v, start, source);
-                if rescue {
-                    self.remap(start, len);
-                }
-                self.push_overrun(v);
+                let at = self.chunk_range(c).0 + f * pg;
+                self.write_failed(c, at, source);
+                false
             }
+        };
+        self.complete_job(c, ok);
+    }
+
+    /// One write of chunk `c` is over (`ok`: it succeeded). After its last one the chunk leaves
+    /// memory, or stays if a fault asked for it meanwhile or a write failed (then as overrun,
+    /// retried later; pages whose write succeeded are clean now).
+    fn complete_job(&mut self, c: usize, ok: bool) {
+        let WriteProgress::Done { rescue, failed } = self.chunks.finish_job(c, ok) else {
+            return;
+        };
+        if failed {
+            if rescue {
+                self.remap(c);
+            }
+            self.push_overrun(c);
+            return;
+        }
+        add(&self.stats().page_outs, 1);
+        if rescue {
+            add(&self.stats().rescued_chunks, 1);
+            self.remap(c);
+            self.readmit(c);
+        } else if self.drop_chunk(c).is_err() {
+            self.push_overrun(c);
         }
     }
 
-    /// Maps a resident chunk again (write-protected if tracking) and wakes its waiters.
-    fn remap(&mut self, start: usize, len: usize) {
-        if let Err(e) = self.fill(start, len, Fill::Continue) {
-            self.memory_error("UFFDIO_CONTINUE (after page-out)", start, len, e);
+    /// Maps a resident chunk's pages again (write-protected if tracking) and wakes their
+    /// waiters.
+    fn remap(&mut self, c: usize) {
+        let start = self.chunk_range(c).0;
+        let pg = self.memory.page;
+        for (f, n) in self.chunks.resident_runs(c) {
+            if let Err(e) = self.fill(start + f * pg, n * pg, Fill::Continue) {
+                self.memory_error(
+                    "UFFDIO_CONTINUE (after page-out)",
+                    start + f * pg,
+                    n * pg,
+                    e,
+                );
+            }
         }
     }
 
@@ -146,12 +174,15 @@ impl FaultHandler {
         add(&self.stats().overrun_chunks, 1);
     }
 
-    /// With an engine, waits until fewer writes than its depth are in flight.
+    /// With an engine, waits until fewer chunks than its depth are being written (and fewer
+    /// than [`MAX_WRITES_IN_FLIGHT`] writes are in flight: a partly resident chunk may need
+    /// many small ones).
     pub(super) fn wait_for_write_slot(&mut self) {
         let Some(depth) = self.io.write_depth() else {
             return;
         };
-        while self.chunks.writing() >= depth {
+        while self.chunks.writing() >= depth || self.chunks.jobs_in_flight() >= MAX_WRITES_IN_FLIGHT
+        {
             self.reap_writes(true);
         }
     }
@@ -163,25 +194,35 @@ impl FaultHandler {
         }
     }
 
-    /// After a page-in, with an engine: evicts until `headroom` chunks of the budget (at most a
-    /// quarter of it) are free, counting writes in flight as free soon, with at most the
-    /// engine's depth of writes in flight.
+    /// After a page-in, with an engine: evicts until `headroom` chunks' worth of pages of the
+    /// budget (at most a quarter of it) are free, counting pages being written as free soon,
+    /// with at most the engine's depth of chunks being written.
     pub(super) fn keep_headroom(&mut self) {
-        self.keep_headroom_for(0);
+        self.keep_headroom_for(0, None);
     }
 
-    /// [`keep_headroom`](Self::keep_headroom) as if `incoming` more chunks were resident
-    /// already (during a page-in, before the chunk is admitted).
-    pub(super) fn keep_headroom_for(&mut self, incoming: usize) {
+    /// [`keep_headroom`](Self::keep_headroom) as if `incoming` more pages were resident
+    /// already (during a page-in), never evicting chunk `busy` (whose pages are being read).
+    pub(super) fn keep_headroom_for(&mut self, incoming: usize, busy: Option<usize>) {
         let Some(depth) = self.io.write_depth() else {
             return;
         };
-        // A quarter of the budget at most: headroom is memory the policy does not use.
-        let cap = self.policy.capacity();
-        let target = cap - self.page_out_options.headroom.min(cap / 4);
-        while self.policy.len() + incoming > target && self.chunks.writing() < depth {
+        let budget = self.budget_pages;
+        let ppc = self.chunks.pages_per_chunk();
+        // In whole chunks, a quarter of the budget's at most (none under 4 chunks).
+        let headroom = self.page_out_options.headroom.min(budget / ppc / 4) * ppc;
+        let target = budget - headroom;
+        while self.chunks.resident_total() - self.chunks.writing_pages() + incoming > target
+            && self.chunks.writing() < depth
+        {
             match self.policy.evict() {
-                Some(v) => self.evict_or_overrun(v as usize),
+                Some(v) if Some(v as usize) == busy => {
+                    // Give it back (there is room: it just left) and stop here.
+                    self.readmit(v as usize);
+                    break;
+                }
+                Some(v) if !self.evict_or_overrun(v as usize) => break,
+                Some(_) => {}
                 None => break,
             }
         }

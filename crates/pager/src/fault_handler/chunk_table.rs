@@ -1,64 +1,119 @@
-//! [`ChunkTable`]: what the fault handler knows about each chunk of its region: its
-//! [`ChunkState`], which of its pages are resident and which were written since the chunk's
-//! swap copy was made, whether a fault waits for it while it is being written, and the
-//! resident chunks the policy no longer tracks (overrun).
-//!
-//! Today a chunk's pages are all resident or none, and written bits are set and cleared for the
-//! whole chunk; the per-page queries and updates are there for a paging unit that moves parts
-//! of chunks.
+//! [`ChunkTable`]: what the fault handler knows about each chunk of its region and each of its
+//! pages: the chunk's [`ChunkState`], which pages are resident (a chunk may be partly
+//! resident), which were written since their swap copy was made, which are poisoned, the
+//! writes in flight per chunk, whether a fault waits for a chunk being written, and the
+//! resident chunks the policy no longer tracks (overrun). The budget counts resident pages, so
+//! the table keeps their total.
 
-use super::page_bitmap::PageBitmap;
+use crate::page_bitmap::PageBitmap;
+
+/// Regions up to this many chunks are checked in full on every
+/// [`ChunkTable::check_invariants`] call.
+#[cfg(debug_assertions)]
+const FULL_CHECK_CHUNKS: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChunkState {
-    /// Not in memory: in swap if the swap file stores it, else zero.
+    /// No page in memory: each page is in swap if the swap file stores it, else zero.
     Out,
-    /// In memory.
+    /// At least one page in memory; tracked by the policy (or overrun).
     In,
-    /// Page-in failed; poisoned.
-    Poisoned,
-    /// In memory, its page-table entries dropped, being written to swap asynchronously; punched
-    /// out of memory once the write completes (or kept, if a fault asked for it meanwhile).
+    /// Resident pages kept in memory, page-table entries dropped, while the written ones are
+    /// written to swap asynchronously; punched out of memory once the writes complete (or kept,
+    /// if a fault asked for the chunk meanwhile).
     Writing,
 }
 
-/// Per-chunk state of one region, and per-page residency and written bits.
+/// How the completion of one write of a chunk's pages left the chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteProgress {
+    /// The chunk was not being written.
+    NotWriting,
+    /// Other writes of the chunk are still in flight.
+    Pending,
+    /// That was the chunk's last write: it is `In` again. `rescue`: a fault asked for it
+    /// meanwhile; `failed`: one of its writes failed.
+    Done { rescue: bool, failed: bool },
+}
+
+/// Per-chunk state of one region, and per-page residency, written and poison bits.
 #[derive(Debug)]
 pub(crate) struct ChunkTable {
     states: Vec<ChunkState>,
     pages_per_chunk: usize,
-    /// Per page: in memory (its chunk is `In` or `Writing`).
+    /// Pages of the region (the last chunk may be short).
+    region_pages: usize,
+    /// Per page: in memory (in the memfd).
     resident: PageBitmap,
-    /// Per page: written since its chunk's swap copy (or zero state) was made. Sticky:
-    /// harvested from the page tables before they are rebuilt.
+    /// Per page: written since its swap copy (or zero state) was made. Sticky: harvested from
+    /// the page tables before they are rebuilt.
     written: PageBitmap,
-    /// Per chunk: a fault arrived while it was being written; keep it in memory when the write
-    /// completes.
+    /// Per page: a page-in failed; accesses get SIGBUS until the page is discarded.
+    poisoned: PageBitmap,
+    /// Per page: being read from swap on its own (a parallel page-in), not resident yet.
+    reading: PageBitmap,
+    /// Pages being read.
+    reading_total: usize,
+    /// Resident pages in all.
+    resident_total: usize,
+    /// Per chunk: writes in flight (chunks in [`ChunkState::Writing`]).
+    jobs: Vec<u32>,
+    /// Per chunk being written: one of its writes failed.
+    failed: Vec<bool>,
+    /// Per chunk: a fault arrived while it was being written; keep it in memory when the
+    /// writes complete.
     rescue: Vec<bool>,
     /// Resident chunks the policy no longer tracks because their page-out failed.
     overrun: Vec<usize>,
     /// Chunks in [`ChunkState::Writing`].
     writing: usize,
+    /// Writes in flight, all chunks together.
+    jobs_total: usize,
+    /// Resident pages of the chunks being written (memory that their writes will free).
+    writing_pages: usize,
+    /// Calls of [`check_invariants`](Self::check_invariants) so far (it checks every
+    /// region in full only every so many calls, see there).
+    #[cfg(debug_assertions)]
+    checks: std::cell::Cell<u64>,
 }
 
 impl ChunkTable {
-    /// `chunks` chunks of `pages_per_chunk` pages each, all out.
-    pub fn new(chunks: usize, pages_per_chunk: usize) -> Self {
+    /// A region of `region_pages` pages in chunks of `pages_per_chunk` pages (the last may be
+    /// short), all out.
+    pub fn new(region_pages: usize, pages_per_chunk: usize) -> Self {
+        let pages_per_chunk = pages_per_chunk.max(1);
+        let chunks = region_pages.div_ceil(pages_per_chunk);
         let pages = chunks.saturating_mul(pages_per_chunk);
         Self {
             states: vec![ChunkState::Out; chunks],
             pages_per_chunk,
+            region_pages,
             resident: PageBitmap::new(pages),
             written: PageBitmap::new(pages),
+            poisoned: PageBitmap::new(pages),
+            reading: PageBitmap::new(pages),
+            reading_total: 0,
+            resident_total: 0,
+            jobs: vec![0; chunks],
+            failed: vec![false; chunks],
             rescue: vec![false; chunks],
             overrun: Vec::new(),
             writing: 0,
+            jobs_total: 0,
+            writing_pages: 0,
+            #[cfg(debug_assertions)]
+            checks: std::cell::Cell::new(0),
         }
     }
 
     /// How many chunks the region has.
     pub fn len(&self) -> usize {
         self.states.len()
+    }
+
+    /// Pages per chunk.
+    pub fn pages_per_chunk(&self) -> usize {
+        self.pages_per_chunk
     }
 
     /// Chunk `c`'s state; `None` beyond the region.
@@ -75,57 +130,198 @@ impl ChunkTable {
         c * self.pages_per_chunk
     }
 
-    fn set_state(&mut self, c: usize, st: ChunkState) {
-        let Some(slot) = self.states.get_mut(c) else {
-            return;
-        };
-        *slot = st;
-        let resident = matches!(st, ChunkState::In | ChunkState::Writing);
+    /// How many pages chunk `c` has (fewer than the others if it is the region's short last
+    /// one; 0 beyond the region).
+    pub fn pages_in(&self, c: usize) -> usize {
+        self.region_pages
+            .saturating_sub(self.first_page(c))
+            .min(self.pages_per_chunk)
+    }
+
+    /// Whether `first..first + n` is a run of pages inside chunk `c`.
+    fn in_chunk(&self, c: usize, first: usize, n: usize) -> bool {
+        c < self.len() && first.saturating_add(n) <= self.pages_in(c)
+    }
+
+    /// Resident pages of the whole region.
+    pub fn resident_total(&self) -> usize {
+        self.resident_total
+    }
+
+    /// How many pages of chunk `c` are resident.
+    pub fn resident_pages(&self, c: usize) -> usize {
+        if c >= self.len() {
+            return 0;
+        }
         self.resident
-            .set_range(c * self.pages_per_chunk, self.pages_per_chunk, resident);
+            .count_range(self.first_page(c), self.pages_per_chunk)
     }
 
-    /// Chunk `c` is in memory; `written`: its content differs from its swap copy.
-    pub fn set_in(&mut self, c: usize, written: bool) {
-        self.set_state(c, ChunkState::In);
-        self.set_written(c, written);
+    /// Whether page `page` (index within the chunk) of chunk `c` is resident.
+    pub fn is_page_resident(&self, c: usize, page: usize) -> bool {
+        page < self.pages_per_chunk && self.resident.get(self.first_page(c) + page)
     }
 
-    /// Chunk `c` left memory (its swap copy, or zero, is its content).
-    pub fn set_out(&mut self, c: usize) {
-        self.set_state(c, ChunkState::Out);
-        self.set_written(c, false);
+    /// Pages `first..first + n` of chunk `c` are now resident (some may have been already);
+    /// an `Out` chunk becomes `In`. Returns how many were not resident before.
+    pub fn add_resident(&mut self, c: usize, first: usize, n: usize) -> usize {
+        if !self.in_chunk(c, first, n) {
+            return 0;
+        }
+        let at = self.first_page(c) + first;
+        let added = n - self.resident.count_range(at, n);
+        self.resident.set_range(at, n, true);
+        self.poisoned.set_range(at, n, false);
+        self.resident_total += added;
+        if self.states[c] == ChunkState::Out && n > 0 {
+            self.states[c] = ChunkState::In;
+        }
+        added
     }
 
-    /// Chunk `c` is poisoned (a page-in failed).
-    pub fn set_poisoned(&mut self, c: usize) {
-        self.set_state(c, ChunkState::Poisoned);
-        self.set_written(c, false);
+    /// Chunk `c` left memory: no page resident, none written (its swap copy, or zero, is its
+    /// content). Returns how many pages were resident.
+    pub fn set_out(&mut self, c: usize) -> usize {
+        if c >= self.len() {
+            return 0;
+        }
+        let at = self.first_page(c);
+        let was = self.resident.count_range(at, self.pages_per_chunk);
+        self.resident.set_range(at, self.pages_per_chunk, false);
+        self.written.set_range(at, self.pages_per_chunk, false);
+        self.resident_total -= was;
+        self.states[c] = ChunkState::Out;
+        was
     }
 
-    /// A poisoned chunk `c` is reset to a fresh zero chunk.
-    pub fn reset_poisoned(&mut self, c: usize) {
-        self.set_state(c, ChunkState::Out);
+    /// The runs of pages of chunk `c` for which `pick(page)` holds, as `(first, count)`.
+    pub fn runs(&self, c: usize, pick: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        if c >= self.len() {
+            return out;
+        }
+        for p in 0..self.pages_in(c) {
+            if !pick(p) {
+                continue;
+            }
+            match out.last_mut() {
+                Some((first, n)) if *first + *n == p => *n += 1,
+                _ => out.push((p, 1)),
+            }
+        }
+        out
     }
 
-    /// Resident chunk `c` is being written to swap.
-    pub fn start_writing(&mut self, c: usize) {
-        self.set_state(c, ChunkState::Writing);
+    /// The runs of resident pages of chunk `c`.
+    pub fn resident_runs(&self, c: usize) -> Vec<(usize, usize)> {
+        self.runs(c, |p| self.is_page_resident(c, p))
+    }
+
+    /// Whether any page of chunk `c` was written since its swap copy was made.
+    #[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))] // the invariant check's
+    pub fn is_written(&self, c: usize) -> bool {
+        c < self.len()
+            && self
+                .written
+                .count_range(self.first_page(c), self.pages_per_chunk)
+                > 0
+    }
+
+    /// Whether page `page` of chunk `c` was written since its swap copy was made.
+    pub fn is_page_written(&self, c: usize, page: usize) -> bool {
+        page < self.pages_per_chunk && self.written.get(self.first_page(c) + page)
+    }
+
+    /// Marks pages `first..first + n` of chunk `c` written (`true`) or matching their swap copy
+    /// (`false`).
+    pub fn set_written(&mut self, c: usize, first: usize, n: usize, written: bool) {
+        if self.in_chunk(c, first, n) {
+            self.written
+                .set_range(self.first_page(c) + first, n, written);
+        }
+    }
+
+    /// Whether page `page` of chunk `c` is poisoned.
+    pub fn is_page_poisoned(&self, c: usize, page: usize) -> bool {
+        page < self.pages_per_chunk && self.poisoned.get(self.first_page(c) + page)
+    }
+
+    /// Whether page `page` of chunk `c` is being read from swap on its own.
+    pub fn is_page_reading(&self, c: usize, page: usize) -> bool {
+        page < self.pages_per_chunk && self.reading.get(self.first_page(c) + page)
+    }
+
+    /// Marks page `page` of chunk `c` as being read (`true`) or no longer.
+    pub fn set_reading(&mut self, c: usize, page: usize, reading: bool) {
+        if !self.in_chunk(c, page, 1) || self.is_page_reading(c, page) == reading {
+            return;
+        }
+        self.reading
+            .set_range(self.first_page(c) + page, 1, reading);
+        if reading {
+            self.reading_total += 1;
+        } else {
+            self.reading_total -= 1;
+        }
+    }
+
+    /// Pages being read, all chunks together.
+    pub fn reading_total(&self) -> usize {
+        self.reading_total
+    }
+
+    /// Marks pages `first..first + n` of chunk `c` poisoned (`true`; they must not be
+    /// resident) or not.
+    pub fn set_poisoned(&mut self, c: usize, first: usize, n: usize, poisoned: bool) {
+        if self.in_chunk(c, first, n) {
+            self.poisoned
+                .set_range(self.first_page(c) + first, n, poisoned);
+        }
+    }
+
+    /// How many pages of chunk `c` are poisoned.
+    pub fn poisoned_pages(&self, c: usize) -> usize {
+        if c >= self.len() {
+            return 0;
+        }
+        self.poisoned
+            .count_range(self.first_page(c), self.pages_per_chunk)
+    }
+
+    /// Chunk `c` (`In`, out of the policy) is being written by `jobs` writes.
+    pub fn start_writing(&mut self, c: usize, jobs: usize) {
+        if c >= self.len() || jobs == 0 {
+            return;
+        }
+        self.states[c] = ChunkState::Writing;
+        self.jobs[c] = jobs as u32;
+        self.failed[c] = false;
         self.writing += 1;
+        self.jobs_total += jobs;
+        self.writing_pages += self.resident_pages(c);
     }
 
-    /// The write of chunk `c` finished: the chunk is `In` again. Returns whether a fault asked
-    /// for it meanwhile (and clears that request); `None` if `c` was not being written.
-    pub fn finish_writing(&mut self, c: usize) -> Option<bool> {
-        if !self.is(c, ChunkState::Writing) {
-            return None;
+    /// One write of chunk `c` finished (`ok`: it succeeded).
+    pub fn finish_job(&mut self, c: usize, ok: bool) -> WriteProgress {
+        if !self.is(c, ChunkState::Writing) || self.jobs[c] == 0 {
+            return WriteProgress::NotWriting;
+        }
+        self.jobs[c] -= 1;
+        self.jobs_total -= 1;
+        self.failed[c] |= !ok;
+        if self.jobs[c] > 0 {
+            return WriteProgress::Pending;
         }
         self.writing -= 1;
-        self.set_state(c, ChunkState::In);
-        Some(self.rescue.get_mut(c).is_some_and(std::mem::take))
+        self.writing_pages -= self.resident_pages(c);
+        self.states[c] = ChunkState::In;
+        WriteProgress::Done {
+            rescue: std::mem::take(&mut self.rescue[c]),
+            failed: std::mem::take(&mut self.failed[c]),
+        }
     }
 
-    /// A fault waits for chunk `c`, which is being written: keep it when the write completes.
+    /// A fault waits for chunk `c`, which is being written: keep it when the writes complete.
     pub fn request_rescue(&mut self, c: usize) {
         if let Some(r) = self.rescue.get_mut(c) {
             *r = true;
@@ -137,54 +333,14 @@ impl ChunkTable {
         self.writing
     }
 
-    /// Whether any page of chunk `c` was written since its swap copy was made.
-    pub fn is_written(&self, c: usize) -> bool {
-        self.written
-            .count_range(self.first_page(c), self.pages_per_chunk)
-            > 0
+    /// Resident pages of the chunks being written.
+    pub fn writing_pages(&self) -> usize {
+        self.writing_pages
     }
 
-    /// Marks every page of chunk `c` written (`true`) or matching its swap copy (`false`).
-    pub fn set_written(&mut self, c: usize, written: bool) {
-        if c < self.len() {
-            self.written
-                .set_range(self.first_page(c), self.pages_per_chunk, written);
-        }
-    }
-
-    /// Whether page `page` (index within the chunk) of chunk `c` is resident.
-    #[cfg_attr(not(test), allow(dead_code))] // for partial-chunk paging (issue 9)
-    pub fn is_page_resident(&self, c: usize, page: usize) -> bool {
-        page < self.pages_per_chunk && self.resident.get(self.first_page(c) + page)
-    }
-
-    /// Whether page `page` of chunk `c` was written since its swap copy was made.
-    #[cfg_attr(not(test), allow(dead_code))] // for partial-chunk paging (issue 9)
-    pub fn is_page_written(&self, c: usize, page: usize) -> bool {
-        page < self.pages_per_chunk && self.written.get(self.first_page(c) + page)
-    }
-
-    /// Sets page `page` of chunk `c` resident or not.
-    #[cfg_attr(not(test), allow(dead_code))] // for partial-chunk paging (issue 9)
-    pub fn set_page_resident(&mut self, c: usize, page: usize, resident: bool) {
-        if c < self.len() && page < self.pages_per_chunk {
-            self.resident.set(self.first_page(c) + page, resident);
-        }
-    }
-
-    /// Sets page `page` of chunk `c` written or not.
-    #[cfg_attr(not(test), allow(dead_code))] // for partial-chunk paging (issue 9)
-    pub fn set_page_written(&mut self, c: usize, page: usize, written: bool) {
-        if c < self.len() && page < self.pages_per_chunk {
-            self.written.set(self.first_page(c) + page, written);
-        }
-    }
-
-    /// How many pages of chunk `c` are resident.
-    #[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))] // the invariant check's
-    pub fn resident_pages(&self, c: usize) -> usize {
-        self.resident
-            .count_range(self.first_page(c), self.pages_per_chunk)
+    /// How many writes are in flight.
+    pub fn jobs_in_flight(&self) -> usize {
+        self.jobs_total
     }
 
     /// Adds resident chunk `c` to the overrun list.
@@ -213,29 +369,64 @@ impl ChunkTable {
         self.overrun.len()
     }
 
-    /// Debug builds: every resident chunk is tracked exactly once (by the policy, as
-    /// `in_policy` tells, or as overrun), nothing else is, the writing count matches, and
-    /// residency bits match the states.
+    /// Debug builds: every chunk with resident pages is `In` or `Writing`, every `In` chunk is
+    /// tracked exactly once (by the policy, as `in_policy` tells, or as overrun) and nothing
+    /// else is, a page is never both resident and poisoned, the totals (resident pages,
+    /// chunks being written, writes in flight) match. The check is O(chunks): for regions of
+    /// more than [`FULL_CHECK_CHUNKS`] chunks it runs on one call in `chunks /
+    /// FULL_CHECK_CHUNKS`, so a huge arena does not make debug builds crawl.
     #[cfg(debug_assertions)]
     pub fn check_invariants(&self, at: &str, in_policy: impl Fn(usize) -> bool) {
+        let n = self.checks.get();
+        self.checks.set(n + 1);
+        let every = (self.len() / FULL_CHECK_CHUNKS).max(1) as u64;
+        if n % every != 0 {
+            return;
+        }
+        let mut resident_total = 0;
+        let mut jobs = 0;
+        let mut writing_pages = 0;
         for (c, st) in self.states.iter().enumerate() {
             let tracked = in_policy(c);
             let over = self.overrun.iter().filter(|&&o| o == c).count();
+            let resident = self.resident_pages(c);
+            resident_total += resident;
+            jobs += self.jobs[c] as usize;
+            if *st == ChunkState::Writing {
+                writing_pages += resident;
+            }
             let ok = match st {
-                ChunkState::In => usize::from(tracked) + over == 1,
-                _ => !tracked && over == 0,
+                ChunkState::In => usize::from(tracked) + over == 1 && resident > 0,
+                ChunkState::Writing => !tracked && over == 0 && resident > 0 && self.jobs[c] > 0,
+                ChunkState::Out => !tracked && over == 0 && resident == 0 && !self.is_written(c),
             };
             debug_assert!(
                 ok,
-                "{at}: chunk {c} {st:?} in policy {tracked} overrun {over}"
+                "{at}: chunk {c} {st:?} in policy {tracked} overrun {over} resident {resident} \
+                 jobs {}",
+                self.jobs[c]
             );
-            let resident = self.resident_pages(c);
-            let expected = match st {
-                ChunkState::In | ChunkState::Writing => self.pages_per_chunk,
-                ChunkState::Out | ChunkState::Poisoned => 0,
-            };
-            debug_assert_eq!(resident, expected, "{at}: chunk {c} {st:?} resident pages");
+            if self.poisoned_pages(c) > 0 {
+                for p in 0..self.pages_per_chunk {
+                    debug_assert!(
+                        !(self.is_page_poisoned(c, p) && self.is_page_resident(c, p)),
+                        "{at}: page {p} of chunk {c} resident and poisoned"
+                    );
+                }
+            }
         }
+        debug_assert_eq!(resident_total, self.resident_total, "{at}: resident pages");
+        debug_assert_eq!(
+            self.reading
+                .count_range(0, self.len() * self.pages_per_chunk),
+            self.reading_total,
+            "{at}: pages being read"
+        );
+        debug_assert_eq!(jobs, self.jobs_total, "{at}: writes in flight");
+        debug_assert_eq!(
+            writing_pages, self.writing_pages,
+            "{at}: pages being written"
+        );
         let writing = self
             .states
             .iter()
@@ -253,67 +444,121 @@ mod tests {
     use super::*;
 
     #[test]
-    fn states_drive_residency_and_written_bits() {
-        let mut t = ChunkTable::new(3, 4);
+    fn partial_residency_and_totals() {
+        let mut t = ChunkTable::new(12, 4);
         assert_eq!(t.len(), 3);
         assert_eq!(t.state(1), Some(ChunkState::Out));
         assert_eq!(t.state(3), None);
-        t.set_in(1, true);
+        assert_eq!(t.add_resident(1, 1, 2), 2);
         assert!(t.is(1, ChunkState::In));
+        assert_eq!(t.add_resident(1, 0, 4), 2, "pages 1 and 2 were resident");
         assert_eq!(t.resident_pages(1), 4);
-        assert_eq!(t.resident_pages(0) + t.resident_pages(2), 0);
-        assert!(t.is_written(1) && !t.is_written(0) && !t.is_written(2));
-        t.set_written(1, false);
-        assert!(!t.is_written(1));
-        t.set_out(1);
-        assert_eq!(t.resident_pages(1), 0);
-        t.set_in(2, false);
-        t.set_poisoned(2);
-        assert_eq!(t.resident_pages(2), 0);
-        t.reset_poisoned(2);
-        assert!(t.is(2, ChunkState::Out));
+        assert_eq!(t.resident_total(), 4);
+        assert_eq!(t.add_resident(2, 3, 1), 1);
+        assert_eq!(t.resident_runs(2), vec![(3, 1)]);
+        assert_eq!(t.resident_total(), 5);
+        assert_eq!(t.add_resident(2, 3, 2), 0, "past the chunk's end: refused");
+        t.set_written(1, 2, 1, true);
+        assert!(t.is_written(1) && t.is_page_written(1, 2) && !t.is_page_written(1, 1));
+        assert!(!t.is_written(0) && !t.is_written(2));
+        assert_eq!(t.set_out(1), 4);
+        assert!(!t.is_written(1) && t.resident_total() == 1);
+        t.check_invariants("test", |c| c == 2);
+    }
+
+    #[test]
+    fn runs_of_pages() {
+        let mut t = ChunkTable::new(16, 8);
+        t.add_resident(1, 0, 2);
+        t.add_resident(1, 3, 1);
+        t.add_resident(1, 5, 3);
+        assert_eq!(t.resident_runs(1), vec![(0, 2), (3, 1), (5, 3)]);
+        assert_eq!(t.runs(1, |p| p % 4 == 0), vec![(0, 1), (4, 1)]);
+        assert!(t.resident_runs(0).is_empty() && t.resident_runs(9).is_empty());
+    }
+
+    #[test]
+    fn the_last_chunk_may_be_short() {
+        let mut t = ChunkTable::new(10, 4);
+        assert_eq!(t.len(), 3);
+        assert_eq!((t.pages_in(1), t.pages_in(2), t.pages_in(3)), (4, 2, 0));
+        assert_eq!(t.add_resident(2, 0, 3), 0, "past the region's end: refused");
+        assert_eq!(t.add_resident(2, 0, 2), 2);
+        assert_eq!(t.runs(2, |_| true), vec![(0, 2)]);
+    }
+
+    #[test]
+    fn poison_is_per_page_and_cleared_by_residency() {
+        let mut t = ChunkTable::new(4, 4);
+        t.set_poisoned(0, 1, 2, true);
+        assert!(t.is_page_poisoned(0, 1) && t.is_page_poisoned(0, 2) && !t.is_page_poisoned(0, 0));
+        assert_eq!(t.poisoned_pages(0), 2);
+        t.add_resident(0, 2, 1);
+        assert_eq!(
+            t.poisoned_pages(0),
+            1,
+            "a page mapped again is not poisoned"
+        );
+        t.set_poisoned(0, 0, 4, false);
+        assert_eq!(t.poisoned_pages(0), 0);
+    }
+
+    #[test]
+    fn pages_being_read_are_counted() {
+        let mut t = ChunkTable::new(8, 4);
+        t.set_reading(1, 2, true);
+        t.set_reading(1, 2, true);
+        t.set_reading(0, 0, true);
+        assert_eq!(t.reading_total(), 2);
+        assert!(t.is_page_reading(1, 2) && !t.is_page_reading(1, 1));
+        t.set_reading(1, 2, false);
+        t.set_reading(1, 9, true);
+        assert_eq!(t.reading_total(), 1);
         t.check_invariants("test", |_| false);
     }
 
     #[test]
-    fn per_page_queries_and_updates() {
-        let mut t = ChunkTable::new(2, 8);
-        t.set_page_written(1, 3, true);
-        assert!(t.is_page_written(1, 3));
-        assert!(!t.is_page_written(1, 2) && !t.is_page_written(0, 3));
-        assert!(t.is_written(1) && !t.is_written(0));
-        t.set_page_resident(0, 7, true);
-        assert!(t.is_page_resident(0, 7) && !t.is_page_resident(1, 0));
-        assert_eq!(t.resident_pages(0), 1);
-        // Out of range: ignored, and reads as clear.
-        t.set_page_written(0, 8, true);
-        t.set_page_written(2, 0, true);
-        assert!(!t.is_page_written(0, 8) && !t.is_page_written(2, 0));
-        assert!(!t.is_written(0));
-    }
-
-    #[test]
     fn writes_and_rescues() {
-        let mut t = ChunkTable::new(2, 1);
-        t.set_in(0, true);
-        assert_eq!(t.finish_writing(0), None, "not being written");
-        t.start_writing(0);
-        assert_eq!(t.writing(), 1);
-        assert_eq!(t.resident_pages(0), 1, "a chunk being written is resident");
+        let mut t = ChunkTable::new(4, 2);
+        t.add_resident(0, 0, 2);
+        assert_eq!(t.finish_job(0, true), WriteProgress::NotWriting);
+        t.start_writing(0, 2);
+        assert_eq!(
+            (t.writing(), t.jobs_in_flight(), t.writing_pages()),
+            (1, 2, 2)
+        );
+        assert_eq!(t.resident_pages(0), 2, "a chunk being written is resident");
         t.request_rescue(0);
-        assert_eq!(t.finish_writing(0), Some(true));
-        assert_eq!(t.writing(), 0);
+        assert_eq!(t.finish_job(0, false), WriteProgress::Pending);
+        assert_eq!(
+            t.finish_job(0, true),
+            WriteProgress::Done {
+                rescue: true,
+                failed: true
+            }
+        );
+        assert_eq!(
+            (t.writing(), t.jobs_in_flight(), t.writing_pages()),
+            (0, 0, 0)
+        );
         assert!(t.is(0, ChunkState::In));
-        t.start_writing(0);
-        assert_eq!(t.finish_writing(0), Some(false), "rescue was taken");
+        t.start_writing(0, 1);
+        assert_eq!(
+            t.finish_job(0, true),
+            WriteProgress::Done {
+                rescue: false,
+                failed: false
+            },
+            "rescue and failure were taken"
+        );
         t.check_invariants("test", |c| c == 0);
     }
 
     #[test]
     fn overrun_list() {
         let mut t = ChunkTable::new(4, 1);
-        t.set_in(1, false);
-        t.set_in(3, false);
+        t.add_resident(1, 0, 1);
+        t.add_resident(3, 0, 1);
         t.push_overrun(1);
         t.push_overrun(3);
         assert_eq!(t.overrun_len(), 2);
@@ -329,8 +574,18 @@ mod tests {
     #[should_panic(expected = "in policy true overrun 1")]
     fn invariant_check_catches_double_tracking() {
         let mut t = ChunkTable::new(1, 1);
-        t.set_in(0, false);
+        t.add_resident(0, 0, 1);
         t.push_overrun(0);
+        t.check_invariants("test", |_| true);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "resident 0")]
+    fn invariant_check_catches_an_empty_resident_chunk() {
+        let mut t = ChunkTable::new(2, 2);
+        t.add_resident(0, 0, 0);
+        t.states[0] = ChunkState::In;
         t.check_invariants("test", |_| true);
     }
 }

@@ -20,7 +20,7 @@ impl FaultHandler {
                     self.rebuild_policy(spec, chunks)
                 }
                 RegionCommand::SetPolicy(spec) => {
-                    let chunks = self.policy.capacity();
+                    let chunks = self.shared.budget_chunks.load(Ordering::Relaxed);
                     self.rebuild_policy(spec, chunks)
                 }
                 RegionCommand::Discard { offset, len } => {
@@ -32,11 +32,14 @@ impl FaultHandler {
         }
     }
 
-    /// Replaces the policy by `spec` with `capacity` chunks. The resident chunks move to the new
-    /// policy in the order the old one would have evicted them (least valuable first), so the
-    /// new policy starts with the same ranking; any that no longer fit are paged out now.
-    fn rebuild_policy(&mut self, spec: PolicySpec, capacity: usize) -> Result<(), PagerError> {
-        let capacity = capacity.clamp(1, self.chunks.len());
+    /// Replaces the policy by `spec` with a budget of `budget_chunks` chunks' worth of pages.
+    /// The resident chunks move to the new policy in the order the old one would have evicted
+    /// them (least valuable first), so the new policy starts with the same ranking; what no
+    /// longer fits is paged out now.
+    fn rebuild_policy(&mut self, spec: PolicySpec, budget_chunks: usize) -> Result<(), PagerError> {
+        let budget_chunks = budget_chunks.clamp(1, self.chunks.len());
+        let budget_pages = budget_chunks * self.chunks.pages_per_chunk();
+        let capacity = policy_capacity(self.chunks.len(), budget_pages);
         let mut new = spec
             .build(capacity, None)
             .map_err(|source| PagerError::Policy {
@@ -55,7 +58,10 @@ impl FaultHandler {
         }
         self.policy = new;
         self.policy_spec = spec;
-        self.shared.budget_chunks.store(capacity, Ordering::Relaxed);
+        self.budget_pages = budget_pages;
+        self.shared
+            .budget_chunks
+            .store(budget_chunks, Ordering::Relaxed);
         if let Ok(mut name) = self.shared.policy.lock() {
             *name = self.policy_spec.to_string();
         }
@@ -63,16 +69,17 @@ impl FaultHandler {
             self.evict_or_overrun(v);
         }
         // The excess is out of memory when the caller hears back.
+        self.make_room(0);
         while self.chunks.writing() > 0 {
             self.reap_writes(true);
         }
         Ok(())
     }
 
-    /// Makes `[offset, offset + len)` read as zeros, like `MADV_DONTNEED` on private anonymous
-    /// memory. Whole chunks leave memory and swap (a poisoned chunk becomes a fresh zero chunk);
-    /// the covered part of a partial chunk is zeroed in memory or, for a chunk that is out,
-    /// during a page-in, between the read and the mapping.
+    /// Makes `[offset, offset + len)` (page-aligned) read as zeros, like `MADV_DONTNEED` on
+    /// private anonymous memory. Whole chunks leave memory and swap; in part of a chunk,
+    /// resident pages are zeroed in memory and the swap copies of the others are punched.
+    /// Poisoned pages become fresh zero pages.
     fn discard(&mut self, offset: usize, len: usize) {
         let end = (offset + len).min(self.memory.len);
         let mut at = offset;
@@ -84,7 +91,8 @@ impl FaultHandler {
             if at == start && to == start + clen {
                 self.discard_chunk(c, start, clen);
             } else {
-                self.discard_part(c, at - start, to - at);
+                let pg = self.memory.page;
+                self.discard_pages(c, (at - start) / pg, (to - at).div_ceil(pg));
             }
             at = to;
         }
@@ -97,78 +105,97 @@ impl FaultHandler {
                 self.memory_error("punch discarded swap copy", start, len, e);
             }
         }
-        let Some(state) = self.chunks.state(c) else {
-            return;
-        };
-        match state {
-            ChunkState::In => {
+        self.clear_poison(c, 0, self.chunks.pages_in(c));
+        match self.chunks.state(c) {
+            Some(ChunkState::In) => {
                 // Punching the memfd also drops every mapping's entries for these pages, so the
                 // next access is a missing fault and reads zeros.
                 if let Err(e) = self.memory.memfd.punch_hole(start, len) {
                     // The pages stay: zero them in place instead.
                     self.memory_error("punch discarded chunk", start, len, e);
-                    self.zero_in_memory(c, start, len);
+                    self.discard_pages(c, 0, self.chunks.pages_in(c));
                     return;
                 }
                 if !self.policy.remove(c as u64) && self.chunks.remove_overrun(c) {
                     sub(&self.stats().overrun_chunks, 1);
                 }
-                self.chunks.set_out(c);
+                let pages = self.chunks.set_out(c);
+                sub(&self.stats().resident_pages, pages as u64);
                 sub(&self.stats().resident_chunks, 1);
             }
-            ChunkState::Out => {
-                if was_stored {
-                    sub(&self.stats().swapped_chunks, 1);
-                }
-            }
-            ChunkState::Writing => return,
-            ChunkState::Poisoned => {
-                // Poison markers live in the page tables: punching the range drops them.
-                if let Err(e) = self.memory.memfd.punch_hole(start, len) {
-                    self.memory_error("punch discarded poisoned chunk", start, len, e);
-                }
-                if let Err(e) = self.registered_dontneed(start, len) {
-                    self.memory_error("MADV_DONTNEED (reset poisoned chunk)", start, len, e);
-                    return;
-                }
-                self.chunks.reset_poisoned(c);
-                sub(&self.stats().poisoned_chunks, 1);
-            }
+            Some(ChunkState::Out) if was_stored => sub(&self.stats().swapped_chunks, 1),
+            // Writing: waited for by the caller.
+            _ => {}
         }
         add(&self.stats().discarded_chunks, 1);
     }
 
-    /// Zeroes `[at, at + len)` of chunk `c` (offsets within the chunk).
-    fn discard_part(&mut self, c: usize, at: usize, len: usize) {
-        let start = c * self.memory.chunk_size;
-        let Some(state) = self.chunks.state(c) else {
-            return;
-        };
-        match state {
-            ChunkState::In => self.zero_in_memory(c, start + at, len),
-            // Zeroed between the read and the mapping: the page-in may evict the chunk again
-            // at once (headroom), so zeroing it afterwards could miss.
-            ChunkState::Out if self.io.is_stored(c) => self.page_in_zeroing(c, Some((at, len))),
-            // Never stored: already zero. Poisoned: the rest of the chunk is lost anyway.
-            // (Writing: waited for by the caller.)
-            ChunkState::Out | ChunkState::Poisoned | ChunkState::Writing => {}
+    /// Zeroes pages `first..first + n` of chunk `c`: resident ones in memory (through the
+    /// alias mapping; marked written, as that write is invisible to dirty tracking), the
+    /// others by punching their swap copies.
+    fn discard_pages(&mut self, c: usize, first: usize, n: usize) {
+        let pg = self.memory.page;
+        let start = self.chunk_range(c).0;
+        let out_and_stored = self.chunks.is(c, ChunkState::Out) && self.io.is_stored(c);
+        self.clear_poison(c, first, n);
+        for (f, k) in self.chunks.resident_runs(c) {
+            let (lo, hi) = (f.max(first), (f + k).min(first + n));
+            if lo >= hi {
+                continue;
+            }
+            // SAFETY: the alias mapping covers the whole region, so the range is inside it;
+            // the program may race with its own discard, as with madvise, but no Rust
+            // reference to these bytes exists.
+            unsafe {
+                std::ptr::write_bytes(
+                    self.memory.alias.as_ptr().add(start + lo * pg),
+                    0,
+                    (hi - lo) * pg,
+                )
+            };
+            self.chunks.set_written(c, lo, hi - lo, true);
+        }
+        if self.io.stored_in(c, first, n) > 0 {
+            match self.io.punch_pages(c, first, n) {
+                Ok(()) => add(&self.stats().stale_punches, 1),
+                Err(e) => {
+                    self.memory_error("punch discarded swap copy", start + first * pg, n * pg, e)
+                }
+            }
+        }
+        if out_and_stored && !self.io.is_stored(c) {
+            sub(&self.stats().swapped_chunks, 1);
         }
     }
 
-    /// Zeroes `[start, start + len)` of resident chunk `c` through the alias mapping and marks
-    /// the chunk dirty (the alias write is invisible to dirty tracking); its swap copy is stale.
-    fn zero_in_memory(&mut self, c: usize, start: usize, len: usize) {
-        // SAFETY: the alias mapping covers the whole region, so the range is inside it; the
-        // program may race with its own discard, as with madvise, but no Rust reference to
-        // these bytes exists.
-        unsafe { std::ptr::write_bytes(self.memory.alias.as_ptr().add(start), 0, len) };
-        self.chunks.set_written(c, true);
-        if self.io.is_stored(c) {
-            let (cstart, clen) = self.chunk_range(c);
-            match self.io.punch(c) {
-                Ok(()) => add(&self.stats().stale_punches, 1),
-                Err(e) => self.memory_error("punch stale swap copy", cstart, clen, e),
+    /// Pages `first..first + n` of chunk `c` are no longer poisoned: their poison markers
+    /// (in the page tables) are dropped, so the next access faults and gets a zero page.
+    fn clear_poison(&mut self, c: usize, first: usize, n: usize) {
+        if self.chunks.poisoned_pages(c) == 0 {
+            return;
+        }
+        let pg = self.memory.page;
+        let start = self.chunk_range(c).0;
+        let poisoned = self.chunks.runs(c, |p| {
+            p >= first && p < first + n && self.chunks.is_page_poisoned(c, p)
+        });
+        for (f, k) in poisoned {
+            let (s, l) = (start + f * pg, k * pg);
+            if let Err(e) = self.registered_dontneed(s, l) {
+                self.memory_error("MADV_DONTNEED (reset poisoned pages)", s, l, e);
+                continue;
             }
+            self.chunks.set_poisoned(c, f, k, false);
+        }
+        if self.chunks.poisoned_pages(c) == 0 {
+            sub(&self.stats().poisoned_chunks, 1);
         }
     }
+}
+
+/// How many chunks a policy over `chunks` chunks may track with a budget of `budget_pages`
+/// resident pages: every chunk with at least one resident page is tracked, so as many chunks
+/// as there are budget pages, at most the region's.
+pub(super) fn policy_capacity(chunks: usize, budget_pages: usize) -> usize {
+    chunks.min(budget_pages).max(1)
 }

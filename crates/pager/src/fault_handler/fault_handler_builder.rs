@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use memvisor_policy::EvictionPolicy;
 
+use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::region_memory::RegionMemory;
@@ -22,6 +23,7 @@ use crate::userfaultfd::Userfaultfd;
 pub(crate) struct FaultHandlerBuilder<'a> {
     config: &'a RegionConfig,
     policy: Box<dyn EvictionPolicy>,
+    budget_pages: usize,
 }
 
 impl FaultHandler {
@@ -33,15 +35,21 @@ impl FaultHandler {
         region: &str,
         budget_chunks: usize,
     ) -> Result<FaultHandlerBuilder<'a>, PagerError> {
-        let policy =
-            config
-                .policy
-                .build(budget_chunks, None)
-                .map_err(|source| PagerError::Policy {
-                    region: region.to_string(),
-                    source,
-                })?;
-        Ok(FaultHandlerBuilder { config, policy })
+        let pages_per_chunk = config.chunk_size / crate::memfd::page_size();
+        let chunks = config.size.div_ceil(config.chunk_size);
+        let capacity = super::commands::policy_capacity(chunks, budget_chunks * pages_per_chunk);
+        let policy = config
+            .policy
+            .build(capacity, None)
+            .map_err(|source| PagerError::Policy {
+                region: region.to_string(),
+                source,
+            })?;
+        Ok(FaultHandlerBuilder {
+            config,
+            policy,
+            budget_pages: budget_chunks * pages_per_chunk,
+        })
     }
 }
 
@@ -73,19 +81,13 @@ impl FaultHandlerBuilder<'_> {
             ResolveMode::AliasContinue => None,
         };
         let page_in_options = PageInOptions::from_config(config, bounce);
-        let io = SwapIo::create(
-            config,
-            tag,
-            &name,
-            chunks,
-            memory.len,
-            page_in_options.async_page_in,
-        )?;
+        let io = SwapIo::create(config, tag, &name, chunks, memory.len)?;
+        let pages_per_chunk = memory.chunk_size / memory.page;
         Ok(FaultHandler {
             shared,
             uffd,
             io,
-            chunks: ChunkTable::new(chunks, memory.chunk_size / memory.page),
+            chunks: ChunkTable::new(memory.len / memory.page, pages_per_chunk),
             memory,
             policy: self.policy,
             policy_spec: config.policy.clone(),
@@ -93,7 +95,10 @@ impl FaultHandlerBuilder<'_> {
             page_in_options,
             page_out_options: PageOutOptions::from_config(config),
             pagemap,
-            last_page_in: None,
+            budget_pages: self.budget_pages,
+            pattern: AccessPattern::new(pages_per_chunk, config.page_in_unit),
+            page_reads: Vec::new(),
+            page_reads_done: Vec::new(),
             fault_offset: None,
             uffd_error_logged: false,
         })

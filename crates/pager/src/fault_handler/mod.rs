@@ -9,15 +9,24 @@
 //! The loop itself is in `fault_loop.rs`, page-out completion in `async_page_out.rs`,
 //! run-time commands in `commands.rs`.
 //!
-//! Page-out of chunk `v`: `MADV_DONTNEED` on the registered mapping (any access now raises a
-//! minor fault and waits for this thread), write the data from the alias mapping to swap, then
-//! punch `v` out of the memfd (the next access raises a missing fault). A failed write leaves
-//! `v` resident: its page-table entries come back on the next minor fault.
+//! The region's unit of policy and page-out is the chunk; its unit of residency is the page.
+//! A missing fault brings in what the access pattern needs (`page_in.rs`,
+//! [`AccessPattern`](access_pattern::AccessPattern)): the faulting page alone when faults are
+//! scattered, the chunk's missing pages and the next chunk ahead when they stream. The budget
+//! counts resident pages; the policy ranks chunks, each of which may be partly resident. A
+//! scattered page-in may only start its read and return to the loop (parallel page-in,
+//! [`PageReads`](crate::page_reads::PageReads)); its completion maps the page.
 //!
-//! Page-in of chunk `c`: make room, then read `c` from swap (or zero it) and map the whole chunk
-//! at once, which wakes every thread waiting anywhere in it. A failed read or checksum poisons
-//! the chunk (`UFFDIO_POISON`): its accessors get SIGBUS, never garbage.
+//! Page-out of chunk `v` (`page_out.rs`): `MADV_DONTNEED` on the registered mapping (any access
+//! now raises a minor fault and waits for this thread), write its changed resident pages from
+//! the alias mapping to swap (adjacent ones in one I/O; unchanged pages are dropped, zero pages
+//! punched), then punch `v` out of the memfd (the next access raises a missing fault). A failed
+//! write leaves `v` resident: its page-table entries come back on the next minor fault.
+//!
+//! A failed read or checksum poisons the pages it was for (`UFFDIO_POISON`): their accessors
+//! get SIGBUS, never garbage.
 
+mod access_pattern;
 mod async_page_out;
 mod chunk_table;
 mod commands;
@@ -25,7 +34,8 @@ mod fault_handler_builder;
 mod fault_loop;
 mod handler_shared;
 mod options;
-mod page_bitmap;
+mod page_in;
+mod page_out;
 mod region_memory;
 
 use chunk_table::ChunkState;

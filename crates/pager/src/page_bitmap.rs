@@ -22,6 +22,7 @@ impl PageBitmap {
     }
 
     /// Sets bit `i` to `value` (no-op beyond the end).
+    #[cfg(test)]
     pub fn set(&mut self, i: usize, value: bool) {
         self.set_range(i, 1, value);
     }

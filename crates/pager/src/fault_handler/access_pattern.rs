@@ -1,0 +1,221 @@
+//! [`AccessPattern`]: decides, per missing fault, how much a page-in reads, from the recent
+//! missing faults of the faulting thread (or of the region, where the kernel gives no thread
+//! id). Faults that follow each other through addresses (each within one chunk of the last,
+//! forwards or backwards) form a stream: the page-in reads the whole chunk and, on a forward
+//! stream, the next chunk ahead. Any other fault is scattered: the page-in reads the faulting
+//! page alone. One fault out of line ends a stream, as a miss collapses the kernel's readahead
+//! window; two in line start one again.
+
+use crate::page_in_unit::PageInUnit;
+
+/// How much of the faulting chunk a page-in brings in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PageInSpan {
+    /// The faulting page only.
+    Page,
+    /// Every page of the chunk that is not resident; `read_ahead`: also start reading the next
+    /// chunk.
+    Chunk { read_ahead: bool },
+}
+
+/// The last missing fault of one thread.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stream {
+    thread: u32,
+    /// Region page index of the last fault.
+    last_page: usize,
+    /// Faults in line in a row, up to [`AccessPattern::MAX_RUN`].
+    run: u8,
+    /// When this stream last faulted (in faults seen), to replace the oldest.
+    seen: u64,
+    used: bool,
+}
+
+/// Recent missing faults of a region, per thread.
+#[derive(Debug)]
+pub(crate) struct AccessPattern {
+    unit: PageInUnit,
+    streams: [Stream; Self::STREAMS],
+    pages_per_chunk: usize,
+    faults: u64,
+}
+
+impl AccessPattern {
+    /// Threads followed at once (a guest's vCPUs, a server's workers); the least recently
+    /// faulting one is forgotten for a new one.
+    const STREAMS: usize = 8;
+    const MAX_RUN: u8 = 16;
+
+    /// For a region of chunks of `pages_per_chunk` pages; a fixed `unit` overrides the
+    /// decision (a chunk span still reads ahead on a forward stream).
+    pub fn new(pages_per_chunk: usize, unit: PageInUnit) -> Self {
+        Self {
+            unit,
+            streams: [Stream::default(); Self::STREAMS],
+            pages_per_chunk: pages_per_chunk.max(1),
+            faults: 0,
+        }
+    }
+
+    /// Records a missing fault of thread `thread` (0 if unknown) on region page `page`, and
+    /// says what its page-in should read.
+    pub fn on_missing_fault(&mut self, thread: u32, page: usize) -> PageInSpan {
+        let span = self.follow(thread, page);
+        match (self.unit, span) {
+            (PageInUnit::Adaptive, span) => span,
+            (PageInUnit::Page, _) => PageInSpan::Page,
+            (PageInUnit::Chunk, PageInSpan::Page) => PageInSpan::Chunk { read_ahead: false },
+            (PageInUnit::Chunk, span) => span,
+        }
+    }
+
+    fn follow(&mut self, thread: u32, page: usize) -> PageInSpan {
+        self.faults += 1;
+        let now = self.faults;
+        let slot = match self
+            .streams
+            .iter()
+            .position(|s| s.used && s.thread == thread)
+        {
+            Some(i) => i,
+            None => {
+                let i = self
+                    .streams
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, s)| (s.used, s.seen))
+                    .map_or(0, |(i, _)| i);
+                self.streams[i] = Stream {
+                    thread,
+                    last_page: page,
+                    run: 0,
+                    seen: now,
+                    used: true,
+                };
+                return PageInSpan::Page;
+            }
+        };
+        let s = &mut self.streams[slot];
+        let forward = page > s.last_page && page - s.last_page <= self.pages_per_chunk;
+        let backward = page < s.last_page && s.last_page - page <= self.pages_per_chunk;
+        s.run = if forward || backward {
+            s.run.saturating_add(1).min(Self::MAX_RUN)
+        } else {
+            0
+        };
+        s.last_page = page;
+        s.seen = now;
+        if s.run == 0 {
+            PageInSpan::Page
+        } else {
+            PageInSpan::Chunk {
+                read_ahead: forward,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PPC: usize = 256;
+
+    #[test]
+    fn a_sequential_scan_reads_chunks_after_its_second_fault() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        assert_eq!(a.on_missing_fault(7, 0), PageInSpan::Page);
+        assert_eq!(
+            a.on_missing_fault(7, 1),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        for c in 1..10 {
+            assert_eq!(
+                a.on_missing_fault(7, c * PPC),
+                PageInSpan::Chunk { read_ahead: true },
+                "chunk {c}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_backward_scan_reads_chunks_without_read_ahead() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        a.on_missing_fault(0, 100 * PPC);
+        assert_eq!(
+            a.on_missing_fault(0, 99 * PPC + PPC - 1),
+            PageInSpan::Chunk { read_ahead: false }
+        );
+    }
+
+    #[test]
+    fn scattered_faults_read_single_pages_and_a_jump_collapses_the_stream() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        let mut x: u64 = 12345;
+        let mut single = 0;
+        for _ in 0..1000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let page = ((x >> 20) % (1 << 18)) as usize;
+            if a.on_missing_fault(1, page) == PageInSpan::Page {
+                single += 1;
+            }
+        }
+        // Random pages over 1 GiB are within a chunk of each other about 0.2% of the time.
+        assert!(
+            single >= 990,
+            "{single} of 1000 random faults read one page"
+        );
+        a.on_missing_fault(1, 5000);
+        assert_ne!(a.on_missing_fault(1, 5001), PageInSpan::Page);
+        assert_eq!(a.on_missing_fault(1, 90_000), PageInSpan::Page, "a jump");
+        assert_eq!(a.on_missing_fault(1, 3), PageInSpan::Page);
+    }
+
+    #[test]
+    fn threads_are_followed_separately() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        // Two threads scanning far apart, interleaved: each stream stays in line.
+        a.on_missing_fault(1, 0);
+        a.on_missing_fault(2, 1 << 17);
+        for i in 1..20 {
+            assert_ne!(a.on_missing_fault(1, i * PPC), PageInSpan::Page);
+            assert_ne!(a.on_missing_fault(2, (1 << 17) + i * PPC), PageInSpan::Page);
+        }
+        // Without thread ids the same interleaving looks scattered.
+        let mut b = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        b.on_missing_fault(0, 0);
+        b.on_missing_fault(0, 1 << 17);
+        assert_eq!(b.on_missing_fault(0, PPC), PageInSpan::Page);
+    }
+
+    #[test]
+    fn a_fixed_unit_overrides_the_decision() {
+        let mut c = AccessPattern::new(PPC, PageInUnit::Chunk);
+        assert_eq!(
+            c.on_missing_fault(1, 0),
+            PageInSpan::Chunk { read_ahead: false }
+        );
+        assert_eq!(
+            c.on_missing_fault(1, PPC),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        let mut p = AccessPattern::new(PPC, PageInUnit::Page);
+        p.on_missing_fault(1, 0);
+        assert_eq!(p.on_missing_fault(1, 1), PageInSpan::Page);
+    }
+
+    #[test]
+    fn the_oldest_thread_is_forgotten_for_a_new_one() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        for t in 0..AccessPattern::STREAMS as u32 + 1 {
+            a.on_missing_fault(t + 1, t as usize * 4 * PPC);
+        }
+        // Thread 1 was the oldest: it starts over.
+        assert_eq!(a.on_missing_fault(1, 1), PageInSpan::Page);
+        // Thread 9 is followed.
+        let nine = AccessPattern::STREAMS * 4 * PPC;
+        assert_ne!(a.on_missing_fault(9, nine + 1), PageInSpan::Page);
+    }
+}

@@ -1,0 +1,196 @@
+//! Page-out of a chunk, page by page: its page-table entries are dropped (any access now
+//! faults and waits for the handler), its written state is harvested, and then only its
+//! resident pages that differ from their swap copy are written, adjacent ones in one I/O.
+//! Pages unchanged since their page-in are dropped without a write (dirty tracking, checked
+//! against their checksums), all-zero pages are not stored. Once the writes are done the chunk
+//! is punched out of the memfd (the next access is a missing fault). A failed write leaves the
+//! chunk resident: its page-table entries come back on the next minor fault.
+
+use std::time::Instant;
+
+use super::fault_loop::nanos;
+use super::{ChunkState, FaultHandler};
+use crate::region_stats::{add, sub};
+use crate::swap_file::{is_zero, WriteOutcome};
+
+impl FaultHandler {
+    /// Pages out policy victim `v`; if that fails, keeps it resident as overrun. Returns
+    /// whether it left memory (or is being written).
+    pub(super) fn evict_or_overrun(&mut self, v: usize) -> bool {
+        if !self.chunks.is(v, ChunkState::In) {
+            // The policy named a chunk that is not in memory: nothing to write or free.
+            self.memory_error(
+                "evict",
+                v.saturating_mul(self.memory.chunk_size),
+                self.memory.chunk_size,
+                std::io::Error::other("policy victim is not resident"),
+            );
+            return true;
+        }
+        if self.page_out(v).is_err() {
+            self.chunks.push_overrun(v);
+            add(&self.stats().overrun_chunks, 1);
+            return false;
+        }
+        true
+    }
+
+    /// The bytes of pages `first..first + n` of chunk `c` through the alias mapping.
+    fn alias_pages(&self, c: usize, first: usize, n: usize) -> &[u8] {
+        let pg = self.memory.page;
+        let start = self.chunk_range(c).0 + first * pg;
+        // SAFETY: the alias mapping covers the whole region and `[start, start + n * pg)` lies
+        // in chunk `c`. Callers read pages whose registered entries were dropped (nobody writes
+        // them until this handler maps them again), or zero pages being discarded.
+        unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start), n * pg) }
+    }
+
+    /// Writes resident chunk `v`'s changed pages to swap and drops it from memory (with an
+    /// engine, once the writes complete). On failure `v` stays resident (its data intact in
+    /// the memfd) and the error is recorded.
+    pub(super) fn page_out(&mut self, v: usize) -> Result<(), ()> {
+        self.wait_for_write_slot();
+        let (start, len) = self.chunk_range(v);
+        if let Err(e) = self.registered_dontneed(start, len) {
+            self.memory_error("MADV_DONTNEED", start, len, e);
+            return Err(());
+        }
+        // The entries are gone, so nobody writes the chunk now: its written state is final.
+        self.harvest_dirty(v);
+        let pg = self.memory.page;
+        let resident = self.chunks.resident_runs(v);
+        for &(f, n) in &resident {
+            // Map the alias pages in one call rather than faulting on each while reading them
+            // (resident runs only: reading a hole of the memfd would allocate it).
+            let _ = self.memory.alias.populate_read(start + f * pg, n * pg);
+        }
+        let tracking = self.pagemap.is_some();
+        let mut writes: Vec<(usize, usize)> = Vec::new();
+        let mut zero_pages = Vec::new();
+        for p in resident.iter().flat_map(|&(f, n)| f..f + n) {
+            let data = self.alias_pages(v, p, 1);
+            let mut needs_write = !tracking || self.chunks.is_page_written(v, p);
+            if !needs_write {
+                // Reported clean: a safety net checks it against its swap copy (or zero). A
+                // mismatch means tracking missed a write: counted and written normally.
+                let clean = match self.io.matches_stored(v, p, data) {
+                    Some(same) => same,
+                    None => is_zero(data),
+                };
+                if !clean {
+                    add(&self.stats().dirty_tracking_misses, 1);
+                    needs_write = true;
+                }
+            }
+            if needs_write && is_zero(data) {
+                zero_pages.push(p);
+                continue;
+            }
+            if needs_write {
+                match writes.last_mut() {
+                    Some((f, n)) if *f + *n == p => *n += 1,
+                    _ => writes.push((p, 1)),
+                }
+            }
+        }
+        for p in zero_pages {
+            // All zeros: no write, and any old copy must not come back.
+            if let Err(source) = self.io.punch_pages(v, p, 1) {
+                self.write_failed(v, start + p * pg, source);
+                return Err(());
+            }
+            self.chunks.set_written(v, p, 1, false);
+        }
+        if writes.is_empty() {
+            if self.io.is_stored(v) {
+                add(&self.stats().clean_evictions, 1);
+            } else {
+                add(&self.stats().zero_page_outs, 1);
+            }
+            return self.drop_chunk(v);
+        }
+        if self.io.writes_async() {
+            self.start_writes(v, &writes);
+            return Ok(());
+        }
+        for (f, n) in writes {
+            let t = Instant::now();
+            // SAFETY: see `alias_pages`; the slice is not kept past the write.
+            let data = unsafe {
+                std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start + f * pg), n * pg)
+            };
+            let written = self.io.write_now(v, f, data);
+            add(&self.stats().swap_write_nanos, nanos(t));
+            match written {
+                Ok(WriteOutcome::Written) => {
+                    add(&self.stats().bytes_written, (n * pg) as u64);
+                    self.page_out_options
+                        .swap_full
+                        .write_succeeded(&self.shared.stats, &self.shared.name);
+                }
+                Ok(WriteOutcome::Zero) => {}
+                Err(source) => {
+                    self.write_failed(v, start + f * pg, source);
+                    return Err(());
+                }
+            }
+            // Swap now holds exactly these pages' content.
+            self.chunks.set_written(v, f, n, false);
+        }
+        add(&self.stats().page_outs, 1);
+        self.drop_chunk(v)
+    }
+
+    /// Marks chunk `c`'s resident pages written since they were last mapped write-protected
+    /// as written (sticky). Without tracking, or if the scan fails, every resident page counts
+    /// as written.
+    pub(super) fn harvest_dirty(&mut self, c: usize) {
+        let (start, len) = self.chunk_range(c);
+        let pg = self.memory.page;
+        let ranges = match &self.pagemap {
+            None => None,
+            Some(p) => match p.written(self.memory.base + start, len) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.memory_error("PAGEMAP_SCAN", start, len, e);
+                    None
+                }
+            },
+        };
+        let Some(ranges) = ranges else {
+            for (f, n) in self.chunks.resident_runs(c) {
+                self.chunks.set_written(c, f, n, true);
+            }
+            return;
+        };
+        let base = (self.memory.base + start) as u64;
+        for r in ranges {
+            let first = ((r.start - base) as usize) / pg;
+            let end = (((r.end - base) as usize) / pg).min(self.chunks.pages_in(c));
+            // Pages without an entry read as written: only resident ones count.
+            for p in first..end {
+                if self.chunks.is_page_resident(c, p) {
+                    self.chunks.set_written(c, p, 1, true);
+                }
+            }
+        }
+    }
+
+    /// Punches chunk `v` (its changed pages saved, or none changed) out of the memfd and marks
+    /// it out.
+    pub(super) fn drop_chunk(&mut self, v: usize) -> Result<(), ()> {
+        let (start, len) = self.chunk_range(v);
+        if let Err(e) = self.memory.memfd.punch_hole(start, len) {
+            // The data is in swap (or clean) and still in memory: keep it resident.
+            self.memory_error("punch memfd", start, len, e);
+            return Err(());
+        }
+        let pages = self.chunks.set_out(v);
+        sub(&self.stats().resident_pages, pages as u64);
+        sub(&self.stats().resident_chunks, 1);
+        if self.io.is_stored(v) {
+            add(&self.stats().swapped_chunks, 1);
+        }
+        Ok(())
+    }
+}
