@@ -99,8 +99,9 @@ impl PageReads {
                 Ok(slot)
             }
             Ok(_) => Err(io::Error::other("io_uring accepted no entry")),
-            // The entry stays queued, unseen by the kernel; the caller drops this reader (the
-            // slot stays taken, so its buffer is never handed out again).
+            // The entry stays queued, unseen by the kernel until a later submit passes it on;
+            // its slot stays taken for good (never handed out again, so a late read into it
+            // harms nothing, and its completion is ignored: the slot is not in flight).
             Err(e) => Err(e),
         }
     }

@@ -146,20 +146,13 @@ impl SwapIo {
     pub fn start_page_read(&mut self, c: usize, page: usize) -> Option<(usize, u32)> {
         let (fd, offset) = self.swap.page_source(c, page)?;
         let reads = self.page_reads.as_mut()?;
+        // A refusal: this page is read synchronously. The reader stays, whatever happened:
+        // the reads it has in flight must still complete through it (their pages' threads
+        // wait for them).
         // SAFETY: `fd` is the swap file's, open as long as `self.swap`, which outlives the
         // reader (declared last); the reader waits for its reads when dropped.
-        match unsafe { reads.start(fd, offset) } {
-            Ok(slot) => Some((slot, self.swap.version(c))),
-            Err(_) => {
-                // A lasting refusal: read synchronously from now on (dropping the reader
-                // waits for the reads it has).
-                if !reads.has_free_slot() {
-                    return None;
-                }
-                self.page_reads = None;
-                None
-            }
-        }
+        let slot = unsafe { reads.start(fd, offset) }.ok()?;
+        Some((slot, self.swap.version(c)))
     }
 
     /// Takes the finished parallel page reads; with `wait`, waits for one if any is in
