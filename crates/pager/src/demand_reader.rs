@@ -7,6 +7,8 @@ use std::os::fd::RawFd;
 
 use io_uring::{opcode, types, IoUring};
 
+use crate::uring_completion::{transfer_result, Transfer};
+
 /// An io_uring for one chunk read at a time.
 pub(crate) struct DemandReader {
     ring: IoUring,
@@ -81,17 +83,7 @@ impl DemandReader {
         loop {
             if let Some(cqe) = self.ring.completion().next() {
                 self.in_flight = None;
-                let res = cqe.result();
-                return if res < 0 {
-                    Err(io::Error::from_raw_os_error(-res))
-                } else if res as usize != len {
-                    Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("short read: {res} of {len} bytes"),
-                    ))
-                } else {
-                    Ok(())
-                };
+                return transfer_result(cqe.result(), len, Transfer::Read);
             }
             if let Err(e) = self.ring.submit_and_wait(1) {
                 if !is_transient(&e) {

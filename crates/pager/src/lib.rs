@@ -61,6 +61,7 @@ mod swap_full;
 mod swap_io;
 mod thread_pool_writer;
 mod thread_start_hook;
+mod uring_completion;
 mod uring_writer;
 pub mod userfaultfd;
 mod write_job;

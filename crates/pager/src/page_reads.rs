@@ -10,6 +10,7 @@ use io_uring::{opcode, types, IoUring};
 
 use crate::event_fd::EventFd;
 use crate::memfd::Mapping;
+use crate::uring_completion::{transfer_result, Transfer};
 
 /// A finished read: the slot its data is in, and its outcome (`Ok` once all bytes are in).
 #[derive(Debug)]
@@ -117,17 +118,7 @@ impl PageReads {
                     continue;
                 };
                 *flag = false;
-                let res = cqe.result();
-                let result = if res < 0 {
-                    Err(io::Error::from_raw_os_error(-res))
-                } else if res as usize != self.page {
-                    Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("short read: {res} of {} bytes", self.page),
-                    ))
-                } else {
-                    Ok(())
-                };
+                let result = transfer_result(cqe.result(), self.page, Transfer::Read);
                 out.push(PageReadDone { slot, result });
             }
             if !out.is_empty() || !wait || self.in_flight() == 0 {

@@ -233,11 +233,7 @@ impl SwapFile {
 
     /// How many pages of chunk `chunk` are stored.
     pub fn stored_pages(&self, chunk: usize) -> usize {
-        if chunk >= self.versions.len() {
-            return 0;
-        }
-        self.stored
-            .count_range(chunk * self.pages_per_chunk, self.pages_per_chunk)
+        self.stored_pages_in(chunk, 0, self.pages_per_chunk)
     }
 
     /// How many of pages `first..first + n` of chunk `chunk` are stored.
@@ -315,10 +311,7 @@ impl SwapFile {
         let offset = self
             .check(chunk, first, buf.len(), buf.as_ptr())
             .map_err(ReadError::Io)?;
-        let stored = self.stored.count_range(
-            chunk * self.pages_per_chunk + first,
-            buf.len() / DIRECT_ALIGN,
-        );
+        let stored = self.stored_pages_in(chunk, first, buf.len() / DIRECT_ALIGN);
         if stored == 0 {
             return Ok(0);
         }
@@ -343,10 +336,7 @@ impl SwapFile {
         buf: &[u8],
     ) -> io::Result<Option<(RawFd, u64)>> {
         let offset = self.check(chunk, first, buf.len(), buf.as_ptr())?;
-        let stored = self.stored.count_range(
-            chunk * self.pages_per_chunk + first,
-            buf.len() / DIRECT_ALIGN,
-        );
+        let stored = self.stored_pages_in(chunk, first, buf.len() / DIRECT_ALIGN);
         Ok((stored > 0).then(|| (self.file.as_raw_fd(), offset)))
     }
 

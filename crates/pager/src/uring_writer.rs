@@ -8,6 +8,7 @@ use io_uring::{opcode, types, IoUring};
 
 use crate::event_fd::EventFd;
 use crate::swap_file::page_checksums;
+use crate::uring_completion::{transfer_result, Transfer};
 use crate::write_job::{WriteDone, WriteJob};
 
 /// An io_uring for chunk writes.
@@ -122,17 +123,7 @@ impl UringWriter {
                 continue;
             };
             let w = self.in_flight.swap_remove(i);
-            let res = cqe.result();
-            let result = if res < 0 {
-                Err(io::Error::from_raw_os_error(-res))
-            } else if res as usize != w.len {
-                Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("short write: {res} of {} bytes", w.len),
-                ))
-            } else {
-                Ok(w.crcs)
-            };
+            let result = transfer_result(cqe.result(), w.len, Transfer::Write).map(|()| w.crcs);
             out.push(WriteDone {
                 chunk: w.chunk,
                 first_page: w.first_page,

@@ -125,7 +125,7 @@ impl FaultHandler {
         };
         if failed {
             if rescue {
-                self.remap(c);
+                self.remap(c, "UFFDIO_CONTINUE (after page-out)");
             }
             self.push_overrun(c);
             return;
@@ -133,7 +133,7 @@ impl FaultHandler {
         add(&self.stats().page_outs, 1);
         if rescue {
             add(&self.stats().rescued_chunks, 1);
-            self.remap(c);
+            self.remap(c, "UFFDIO_CONTINUE (after page-out)");
             self.readmit(c);
         } else if self.drop_chunk(c).is_err() {
             self.push_overrun(c);
@@ -141,18 +141,13 @@ impl FaultHandler {
     }
 
     /// Maps a resident chunk's pages again (write-protected if tracking) and wakes their
-    /// waiters.
-    fn remap(&mut self, c: usize) {
+    /// waiters; `op` names the occasion in errors.
+    pub(super) fn remap(&mut self, c: usize, op: &'static str) {
         let start = self.chunk_range(c).0;
         let pg = self.memory.page;
         for (f, n) in self.chunks.resident_runs(c) {
             if let Err(e) = self.fill(start + f * pg, n * pg, Fill::Continue) {
-                self.memory_error(
-                    "UFFDIO_CONTINUE (after page-out)",
-                    start + f * pg,
-                    n * pg,
-                    e,
-                );
+                self.memory_error(op, start + f * pg, n * pg, e);
             }
         }
     }

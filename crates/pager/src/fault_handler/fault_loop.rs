@@ -340,7 +340,6 @@ impl FaultHandler {
         if ev.kind == FaultKind::Minor {
             // Save the chunk's written state first: mapping it write-protected clears it.
             self.policy.mark_referenced(c as u64);
-            let (start, _) = self.chunk_range(c);
             self.harvest_dirty(c);
             let wp = self.pagemap.is_some();
             match self
@@ -355,12 +354,7 @@ impl FaultHandler {
                 _ => {}
             }
             self.punch_stale_copies(c);
-            for (first, n) in self.chunks.resident_runs(c) {
-                let (s, l) = (start + first * self.memory.page, n * self.memory.page);
-                if let Err(e) = self.fill(s, l, Fill::Continue) {
-                    self.memory_error("UFFDIO_CONTINUE", s, l, e);
-                }
-            }
+            self.remap(c, "UFFDIO_CONTINUE");
         }
         // A concurrent fault already served by the page-in that woke it: wake is a harmless
         // no-op then, and needed if it raced past the range wake.

@@ -516,6 +516,8 @@ impl FaultHandler {
         let region = self.shared.name.clone();
         let path = self.io.path().to_path_buf();
         let offset = (start + first * pg) as u64;
+        // Counted as a read error only if the read failed (a mapping error is not one).
+        let read_failed = matches!(e, PageInError::Read(_));
         let err = match e {
             PageInError::Read(ReadError::Io(source)) => PagerError::SwapRead {
                 region,
@@ -544,7 +546,9 @@ impl FaultHandler {
                 source,
             },
         };
-        add(&self.stats().read_errors, 1);
+        if read_failed {
+            add(&self.stats().read_errors, 1);
+        }
         self.shared.record(err);
         // Pages being read on their own are not part of this page-in: their reads decide.
         let lost = self.chunks.runs(c, |p| {
