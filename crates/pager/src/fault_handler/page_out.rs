@@ -13,6 +13,17 @@ use super::{ChunkState, FaultHandler};
 use crate::region_stats::{add, sub};
 use crate::swap_file::{is_zero, WriteOutcome};
 
+/// What a page-out does with one resident page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageFate {
+    /// Same as its swap copy (or zero and not stored): dropped.
+    Unchanged,
+    /// Changed and all zeros: its swap copy is punched.
+    Zero,
+    /// Changed: written.
+    Write,
+}
+
 impl FaultHandler {
     /// Pages out policy victim `v`; if that fails, keeps it resident as overrun. Returns
     /// whether it left memory (or is being written).
@@ -65,8 +76,8 @@ impl FaultHandler {
             let _ = self.memory.alias.populate_read(start + f * pg, n * pg);
         }
         let tracking = self.pagemap.is_some();
-        let mut writes: Vec<(usize, usize)> = Vec::new();
-        let mut zero_pages = Vec::new();
+        // What each resident page needs: a write, a punch (all zeros), or nothing (unchanged).
+        let mut fate = vec![PageFate::Unchanged; self.chunks.pages_in(v)];
         for p in resident.iter().flat_map(|&(f, n)| f..f + n) {
             let data = self.alias_pages(v, p, 1);
             let mut needs_write = !tracking || self.chunks.is_page_written(v, p);
@@ -82,24 +93,23 @@ impl FaultHandler {
                     needs_write = true;
                 }
             }
-            if needs_write && is_zero(data) {
-                zero_pages.push(p);
-                continue;
-            }
             if needs_write {
-                match writes.last_mut() {
-                    Some((f, n)) if *f + *n == p => *n += 1,
-                    _ => writes.push((p, 1)),
-                }
+                fate[p] = if is_zero(data) {
+                    PageFate::Zero
+                } else {
+                    PageFate::Write
+                };
             }
         }
-        for p in zero_pages {
+        // Adjacent pages of the same fate go in one write or one punch.
+        let writes = self.chunks.runs(v, |p| fate[p] == PageFate::Write);
+        for (f, n) in self.chunks.runs(v, |p| fate[p] == PageFate::Zero) {
             // All zeros: no write, and any old copy must not come back.
-            if let Err(source) = self.io.punch_pages(v, p, 1) {
-                self.write_failed(v, start + p * pg, source);
+            if let Err(source) = self.io.punch_pages(v, f, n) {
+                self.write_failed(v, start + f * pg, source);
                 return Err(());
             }
-            self.chunks.set_written(v, p, 1, false);
+            self.chunks.set_written(v, f, n, false);
         }
         if writes.is_empty() {
             if self.io.is_stored(v) {
