@@ -54,7 +54,7 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Binds `dir/PID.sock` for this process and starts serving it with `handler`.
-    /// `thread_init` runs first on the serving thread.
+    /// `thread_init` runs first on the serving thread; returns once it has.
     pub fn start(
         dir: &Path,
         handler: Arc<dyn ControlHandler>,
@@ -75,10 +75,15 @@ impl ControlServer {
             .map_err(io("chmod 0600 control socket"))?;
         // SAFETY: geteuid has no preconditions and cannot fail.
         let owner = unsafe { libc::geteuid() };
+        // Wait until the accept thread has run `thread_init`: until then it carries the name of
+        // the program thread that started it, and an embedder that knows its threads by name
+        // (the preload library's credential mirror) would miss it.
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
         std::thread::Builder::new()
             .name("memvisor-control".into())
             .spawn(move || {
                 thread_init();
+                let _ = started_tx.send(());
                 let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID);
                 for stream in listener.incoming().flatten() {
                     // A peer whose credentials cannot be read counts as one unknown user.
@@ -102,6 +107,7 @@ impl ControlServer {
                 }
             })
             .map_err(io("start control thread"))?;
+        let _ = started_rx.recv();
         Ok(Self { path })
     }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::memfd::Mapping;
-use crate::thread_start_hook::run_thread_start_hook;
+use crate::thread_start_hook::spawn_pager_thread;
 
 /// A read to do: `len` bytes at `offset` of `file` into the prefetcher's buffer.
 struct ReadJob {
@@ -72,22 +72,18 @@ impl ChunkPrefetcher {
         let (tx, rx) = channel::<ReadJob>();
         let completion = Arc::new(Completion::default());
         let c = completion.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("pager-ra-{region}"))
-            .spawn(move || {
-                run_thread_start_hook();
-                while let Ok(job) = rx.recv() {
-                    // SAFETY: per `ReadJob`'s contract the buffer is ours alone until the
-                    // completion below is taken.
-                    let buf =
-                        unsafe { std::slice::from_raw_parts_mut(job.addr as *mut u8, job.len) };
-                    let r = job.file.read_exact_at(buf, job.offset);
-                    if let Ok(mut d) = c.done.lock() {
-                        *d = Some(r);
-                        c.cv.notify_all();
-                    }
+        let thread = spawn_pager_thread(format!("pager-ra-{region}"), move || {
+            while let Ok(job) = rx.recv() {
+                // SAFETY: per `ReadJob`'s contract the buffer is ours alone until the
+                // completion below is taken.
+                let buf = unsafe { std::slice::from_raw_parts_mut(job.addr as *mut u8, job.len) };
+                let r = job.file.read_exact_at(buf, job.offset);
+                if let Ok(mut d) = c.done.lock() {
+                    *d = Some(r);
+                    c.cv.notify_all();
                 }
-            })?;
+            }
+        })?;
         Ok(Self {
             buffer,
             jobs: Some(tx),

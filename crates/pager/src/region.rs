@@ -19,7 +19,7 @@ use crate::pager_error::PagerError;
 use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
-use crate::thread_start_hook::run_thread_start_hook;
+use crate::thread_start_hook::spawn_pager_thread;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
 
 static REGION_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -167,16 +167,12 @@ impl Region {
         let handler = builder.build(&seq.to_string(), shared.clone(), uffd, memory, pagemap)?;
         let swap_direct = handler.swap_is_direct();
         let swap_path = handler.swap_path().to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name(format!("pager-{seq}"))
-            .spawn(move || {
-                run_thread_start_hook();
-                handler.run()
-            })
-            .map_err(|source| PagerError::Thread {
+        let thread = spawn_pager_thread(format!("pager-{seq}"), move || handler.run()).map_err(
+            |source| PagerError::Thread {
                 region: name.clone(),
                 source,
-            })?;
+            },
+        )?;
         // Return only once the handler serves: the first fault or command then never waits
         // for a thread that is still starting.
         if let Ok(mut running) = shared.running.lock() {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::event_fd::EventFd;
-use crate::thread_start_hook::run_thread_start_hook;
+use crate::thread_start_hook::spawn_pager_thread;
 use crate::write_job::{WriteDone, WriteJob};
 
 /// Finished writes, and the eventfd that announces them.
@@ -38,12 +38,9 @@ impl ThreadPoolWriter {
         for i in 0..threads.max(1) {
             let rx = rx.clone();
             let finished = finished.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("pager-out-{region}-{i}"))
-                .spawn(move || {
-                    run_thread_start_hook();
-                    writer_loop(&rx, &finished)
-                })?;
+            let h = spawn_pager_thread(format!("pager-out-{region}-{i}"), move || {
+                writer_loop(&rx, &finished)
+            })?;
             handles.push(h);
         }
         Ok(Self {

@@ -27,30 +27,33 @@ static SLOT: Mutex<Slot> = Mutex::new(Slot::Idle);
 static POSTED: Condvar = Condvar::new();
 static FINISHED: Condvar = Condvar::new();
 
-/// Starts the worker thread.
+/// Run first by the worker: inside the library for good, and following the program's
+/// credential changes.
+fn worker_start() {
+    crate::shim_guard::ShimGuard::enter_forever();
+    crate::credential_mirror::prepare_library_thread();
+}
+
+/// Starts the worker thread (returns once it has started).
 pub fn start() -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("memvisor-worker".into())
-        .spawn(|| {
-            crate::shim_guard::ShimGuard::enter_forever();
-            crate::credential_mirror::prepare_library_thread();
-            let mut slot = SLOT.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if let Slot::Pending(_) = &*slot {
-                    let Slot::Pending(job) = std::mem::replace(&mut *slot, Slot::Idle) else {
-                        continue;
-                    };
-                    drop(slot);
-                    let result = job();
-                    slot = SLOT.lock().unwrap_or_else(|e| e.into_inner());
-                    *slot = Slot::Done(result);
-                    FINISHED.notify_all();
-                } else {
-                    slot = POSTED.wait(slot).unwrap_or_else(|e| e.into_inner());
-                }
+    memvisor_pager::spawn_started("memvisor-worker".into(), worker_start, || {
+        let mut slot = SLOT.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Slot::Pending(_) = &*slot {
+                let Slot::Pending(job) = std::mem::replace(&mut *slot, Slot::Idle) else {
+                    continue;
+                };
+                drop(slot);
+                let result = job();
+                slot = SLOT.lock().unwrap_or_else(|e| e.into_inner());
+                *slot = Slot::Done(result);
+                FINISHED.notify_all();
+            } else {
+                slot = POSTED.wait(slot).unwrap_or_else(|e| e.into_inner());
             }
-        })
-        .map(|_| ())
+        }
+    })
+    .map(|_| ())
 }
 
 /// Runs `job` on the worker and returns its result.

@@ -329,14 +329,18 @@ fn discovery_takes_open_images_not_logs_or_standard_streams() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = dir.path().join("vm.log");
     let out = File::create(dir.path().join("stdout")).unwrap();
+    // The shell waits in its built-in `read` once ready: an `exec sleep` here raced the
+    // check, which then saw the files the new program opens as it starts (glibc's
+    // /etc/locale.alias).
     let mut sh = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "exec 3<'{}' 4>>'{}' 5<>'{}'; echo ready; exec sleep 30",
+            "exec 3<'{}' 4>>'{}' 5<>'{}'; echo ready; read line",
             img.path().display(),
             log.display(),
             img.path().display()
         ))
+        .stdin(std::process::Stdio::piped())
         .stdout(out)
         .spawn()
         .unwrap();
