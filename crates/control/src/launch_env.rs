@@ -17,7 +17,8 @@ pub const CONTROL_DIR: &str = "MEMVISOR_CONTROL_DIR";
 pub const MANAGE_CHILDREN: &str = "MEMVISOR_MANAGE_CHILDREN";
 /// Paging unit (chunk) of every region, bytes: a multiple of the page size (default 1 MiB).
 pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
-/// Busy-polling window of every region's fault handler, microseconds (absent or 0: off).
+/// Adaptive busy-polling window of every region's fault handler, microseconds (0: off;
+/// absent: the pager's default, 200).
 pub const BUSY_POLL_US: &str = "MEMVISOR_BUSY_POLL_US";
 /// What a region does when its swap filesystem is full: `overrun` (default) or `fail`.
 pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";

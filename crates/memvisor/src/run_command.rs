@@ -62,11 +62,12 @@ pub struct RunArgs {
     /// when faults are scattered and the chunk's missing pages when they stream.
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     chunk_size: String,
-    /// Busy polling of the fault handlers: after serving faults, keep checking for the next
-    /// one for this long before sleeping (e.g. 100us; 0 = off). Cuts the latency of each
-    /// fault on hosts where waking a thread is slow, at the cost of handler CPU time while
-    /// the program faults.
-    #[arg(long, value_name = "DURATION", default_value = "0")]
+    /// Adaptive busy polling of the fault handlers: while faults come faster than one per
+    /// DURATION (or a page read is in flight), keep checking for the next one for up to
+    /// DURATION before sleeping (0 = off). Cuts the latency of each fault on hosts where waking
+    /// a thread is slow, at the cost of handler CPU time while the program faults fast; an
+    /// idle program costs none.
+    #[arg(long, value_name = "DURATION", default_value = "200us")]
     busy_poll: String,
     /// Virtual size of the arena large mappings are carved from [default: twice host RAM].
     #[arg(long, value_name = "SIZE")]
@@ -464,5 +465,20 @@ mod tests {
         for bad in ["fast", "100", "-1us", "2s", "nanus"] {
             assert_eq!(parse_micros(bad), None, "{bad}");
         }
+    }
+
+    /// `memvisor run`'s default is the pager's (the library's default without the variable).
+    #[test]
+    fn busy_poll_default_is_the_pagers() {
+        let cmd = <super::RunArgs as clap::Args>::augment_args(clap::Command::new("run"));
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "busy_poll")
+            .unwrap();
+        let default = arg.get_default_values()[0].to_str().unwrap();
+        assert_eq!(
+            parse_micros(default),
+            Some(memvisor_pager::DEFAULT_BUSY_POLL.as_micros() as u64)
+        );
     }
 }

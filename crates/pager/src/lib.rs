@@ -73,8 +73,8 @@ pub use pagemap::Pagemap;
 pub use pager_error::PagerError;
 pub use region::Region;
 pub use region_config::{
-    PageOut, RegionConfig, ResolveMode, DEFAULT_CHUNK_SIZE, DEFAULT_HEADROOM, DEFAULT_POLICY,
-    DEFAULT_SAMPLE_INTERVAL, SMALL_CHUNK,
+    PageOut, RegionConfig, ResolveMode, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE, DEFAULT_HEADROOM,
+    DEFAULT_POLICY, DEFAULT_SAMPLE_INTERVAL, SMALL_CHUNK,
 };
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};

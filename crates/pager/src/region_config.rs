@@ -20,6 +20,10 @@ pub const DEFAULT_POLICY: &str = "chunk-queues";
 /// Default access sampling period (see [`RegionConfig::sample_interval`]).
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Default adaptive busy-polling window (`docs/benchmarks.md`, Run H: 200 µs beat 50 µs and
+/// sleeping on scattered and sequential access).
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(200);
+
 /// How a fault handler maps a chunk it brought in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResolveMode {
@@ -184,11 +188,13 @@ pub struct RegionConfig {
     /// How much a page-in reads: adaptive by default (the faulting page when faults are
     /// scattered, the chunk and the next one when they stream).
     pub page_in_unit: PageInUnit,
-    /// Busy polling: after serving faults, the handler keeps checking for the next one
-    /// without sleeping for this long before it blocks again. A fault that arrives in the
-    /// window is seen at once instead of after the handler thread is woken (on the development
-    /// VM a cross-CPU wake-up costs tens of microseconds per fault). Costs up to this much
-    /// handler CPU time per fault burst. `None` (default): block at once.
+    /// Adaptive busy polling: while faults arrive faster than one batch per window, or a
+    /// parallel page read is in flight, the handler keeps checking for work without sleeping
+    /// for up to this long after each batch of faults. A fault or read completion that arrives
+    /// then is seen at once instead of after the handler thread is woken (on the development
+    /// VM a cross-CPU wake-up costs tens of microseconds per fault). An idle region, or one
+    /// faulting slower than once per window, sleeps. Default [`DEFAULT_BUSY_POLL`]; `None`:
+    /// always block at once.
     pub busy_poll: Option<Duration>,
     /// Name used in errors, the memfd name and the swap file name.
     pub name: String,
@@ -229,7 +235,7 @@ impl RegionConfig {
             async_page_in: false,
             page_in_unit: PageInUnit::Adaptive,
             parallel_page_in: true,
-            busy_poll: None,
+            busy_poll: Some(DEFAULT_BUSY_POLL),
             name: "region".into(),
             log_errors: true,
             on_swap_full: OnSwapFull::Overrun,
@@ -311,7 +317,7 @@ impl RegionConfig {
         self
     }
 
-    /// Sets the busy-polling window (`None`: off).
+    /// Sets the adaptive busy-polling window (`None`: off).
     pub fn busy_poll(mut self, window: Option<Duration>) -> Self {
         self.busy_poll = window;
         self

@@ -934,3 +934,61 @@ fn long_randomized_stress() {
         }
     }
 }
+
+/// CPU time (user + system, clock ticks) of this process's thread named `name`.
+fn thread_cpu_ticks(name: &str) -> u64 {
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name) {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+            // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|x| x.parse().unwrap_or(0))
+                .collect();
+            return f[11] + f[12];
+        }
+    }
+    panic!("no thread named {name}");
+}
+
+/// Adaptive busy polling is on by default and polls only while faults come fast: once they
+/// stop, the handler thread sleeps and an idle region costs no CPU.
+#[test]
+fn busy_polling_stops_when_faults_stop() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let chunks = 128;
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(chunks * chunk, 4 * chunk, chunk, dir.path()).sample_interval(None);
+    assert_eq!(c.busy_poll, Some(memvisor_pager::DEFAULT_BUSY_POLL));
+    let region = Region::new(c).unwrap();
+    let seq = region.name().rsplit('#').next().unwrap().to_string();
+    let thread = format!("pager-{seq}");
+    let pages = chunks * 16;
+    for p in 0..pages {
+        write(&region, p * ps, &(p as u64).to_le_bytes());
+    }
+    // Fast scattered faults: the handler polls between them.
+    let mut rng = Rng::new(3);
+    let mut b = [0u8; 8];
+    for _ in 0..2000 {
+        let p = rng.below(pages);
+        read(&region, p * ps, &mut b);
+        assert_eq!(u64::from_le_bytes(b), p as u64, "page {p}");
+    }
+    let busy = thread_cpu_ticks(&thread);
+    std::thread::sleep(Duration::from_millis(50));
+    let before = thread_cpu_ticks(&thread);
+    std::thread::sleep(Duration::from_millis(800));
+    let idle = thread_cpu_ticks(&thread) - before;
+    // A handler still polling would use about 80 ticks of 10 ms here.
+    assert!(
+        idle <= 4,
+        "handler used {idle} ticks in 800 ms idle ({busy} while faulting)"
+    );
+    assert_eq!(region.stats().read_errors, 0);
+}

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use memvisor_control::launch_env;
-use memvisor_pager::{OnSwapFull, DEFAULT_CHUNK_SIZE};
+use memvisor_pager::{OnSwapFull, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE};
 use memvisor_policy::PolicySpec;
 
 use crate::preload_error::PreloadError;
@@ -36,7 +36,7 @@ pub struct PreloadConfig {
     pub manage_children: bool,
     /// Paging unit.
     pub chunk_size: usize,
-    /// Busy-polling window of the fault handlers; `None`: off.
+    /// Adaptive busy-polling window of the fault handlers (default the pager's); `None`: off.
     pub busy_poll: Option<std::time::Duration>,
     /// What every region does while its swap filesystem is full.
     pub on_swap_full: OnSwapFull,
@@ -119,7 +119,7 @@ impl PreloadConfig {
             });
         }
         let busy_poll = match get(launch_env::BUSY_POLL_US) {
-            None => None,
+            None => Some(DEFAULT_BUSY_POLL),
             Some(v) => match v.trim().parse::<u64>() {
                 Ok(0) => None,
                 Ok(us @ 1..=1_000_000) => Some(std::time::Duration::from_micros(us)),
@@ -207,7 +207,7 @@ mod tests {
     fn chunk_size_defaults_to_the_pagers() {
         let c = read(&[(launch_env::BUDGET, "67108864")]).unwrap().unwrap();
         assert_eq!(c.chunk_size, DEFAULT_CHUNK_SIZE);
-        assert_eq!(c.busy_poll, None);
+        assert_eq!(c.busy_poll, Some(DEFAULT_BUSY_POLL));
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[

@@ -16,6 +16,7 @@ use crate::swap_io::SwapIo;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
 use super::access_pattern::AccessPattern;
+use super::busy_poll::BusyPoll;
 use super::chunk_table::{ChunkState, ChunkTable};
 use super::handler_shared::HandlerShared;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
@@ -79,8 +80,7 @@ impl FaultHandler {
     fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
-        // While busy polling, until when.
-        let mut spin_until: Option<Instant> = None;
+        let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
         loop {
             let mut timeout = match next_sample {
                 None => -1,
@@ -127,15 +127,22 @@ impl FaultHandler {
                     revents: 0,
                 },
             ];
-            if let Some(until) = spin_until {
-                if Instant::now() < until {
-                    timeout = 0;
-                } else {
-                    spin_until = None;
-                }
+            if busy_poll
+                .as_ref()
+                .is_some_and(|b| b.should_spin(Instant::now(), !self.page_reads.is_empty()))
+            {
+                timeout = 0;
             }
             // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            if r == 0 && timeout == 0 {
+                // Busy polling found nothing: let a thread waiting for this CPU run first (the
+                // program's thread this handler just woke is often placed on it, and would
+                // otherwise wait for the polling to end).
+                // SAFETY: sched_yield takes no arguments and has no preconditions.
+                unsafe { libc::sched_yield() };
+                continue;
+            }
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -182,8 +189,8 @@ impl FaultHandler {
                     self.on_fault(ev);
                 }
             }
-            if let Some(window) = self.timing.busy_poll {
-                spin_until = Some(Instant::now() + window);
+            if let Some(b) = busy_poll.as_mut() {
+                b.on_faults(Instant::now());
             }
             self.check_invariants("faults");
         }

@@ -28,6 +28,7 @@
 
 mod access_pattern;
 mod async_page_out;
+mod busy_poll;
 mod chunk_table;
 mod commands;
 mod fault_handler_builder;

@@ -14,7 +14,7 @@ use crate::swap_full::SwapFullEpisodes;
 pub(crate) struct LoopTiming {
     /// Access sampling period; `None` disables sampling.
     pub sample_interval: Option<Duration>,
-    /// Busy-polling window after serving faults; `None`: block at once.
+    /// Adaptive busy-polling window (see `BusyPoll`); `None`: block at once.
     pub busy_poll: Option<Duration>,
 }
 
