@@ -67,6 +67,25 @@ pub struct RunRecord {
     pub report: WorkloadReport,
 }
 
+impl RunRecord {
+    /// A phased workload's phases as records of their own, workload `WORKLOAD#PHASE`, whose
+    /// run is the phase (summarized and compared like any workload); none for others.
+    pub fn phase_records(&self) -> Vec<RunRecord> {
+        self.report
+            .phases
+            .iter()
+            .map(|phase| {
+                let mut r = self.clone();
+                r.workload = format!("{}#{}", self.workload, phase.name);
+                r.report.workload = r.workload.clone();
+                r.report.run = phase.report.clone();
+                r.report.phases = Vec::new();
+                r
+            })
+            .collect()
+    }
+}
+
 /// Runs everything; records are also appended to `out_dir/results.jsonl` as they complete.
 pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
     interrupt::install();
@@ -118,11 +137,13 @@ pub fn drive(args: &DriverArgs) -> Result<Vec<RunRecord>, BenchError> {
                     rec.report.run.counters.pswpout,
                     rec.cgroup.peak_bytes >> 20,
                 );
-                let line = serde_json::to_string(&rec).unwrap_or_default();
-                lines.push_str(&line);
-                lines.push('\n');
+                for r in std::iter::once(rec.clone()).chain(rec.phase_records()) {
+                    let line = serde_json::to_string(&r).unwrap_or_default();
+                    lines.push_str(&line);
+                    lines.push('\n');
+                    records.push(r);
+                }
                 write_results_file(&jsonl, &lines)?;
-                records.push(rec);
             }
         }
     }

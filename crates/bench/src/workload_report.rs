@@ -25,6 +25,15 @@ impl PhaseReport {
     }
 }
 
+/// One phase of a phased workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NamedPhaseReport {
+    /// The phase's name (`seq`, `uniform`, `zipf`).
+    pub name: String,
+    /// What it measured.
+    pub report: PhaseReport,
+}
+
 /// Everything one workload process reports.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadReport {
@@ -44,8 +53,11 @@ pub struct WorkloadReport {
     pub loadavg_start: String,
     /// The fill: every word of every page written once, first page to last.
     pub fill: PhaseReport,
-    /// The measured workload.
+    /// The measured workload (all its phases).
     pub run: PhaseReport,
+    /// A phased workload's phases, one by one (empty otherwise).
+    #[serde(default)]
+    pub phases: Vec<NamedPhaseReport>,
     /// Every word read was what was last written there (the process fails otherwise).
     pub verified: bool,
     /// Peak resident set of the process (`VmHWM`), bytes.

@@ -9,7 +9,7 @@ use crate::counters::{disk_stat_path, field, Counters};
 use crate::page_pattern::{DataSet, SharedDataSet, PAGE};
 use crate::variant::Variant;
 use crate::workload_memory::WorkloadMemory;
-use crate::workload_report::{PhaseReport, WorkloadReport};
+use crate::workload_report::{NamedPhaseReport, PhaseReport, WorkloadReport};
 use crate::workload_spec::{AccessOrder, WorkloadSpec};
 
 /// What one workload process runs.
@@ -46,22 +46,29 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
         .to_string();
     // Everything the run needs besides the data set is allocated before the fill, so the
     // kernel variant's cgroup sees it from the start.
-    let trace =
-        match args.workload.trace_spec(pages) {
-            Some(t) => Some(t.parse::<memvisor_trace::WorkloadSpec>().map_err(|e| {
-                BenchError::bad("workload", args.workload.to_string(), e.to_string())
-            })?),
-            None => None,
-        };
+    let phases = args.workload.order().phases();
+    let traces = phases
+        .iter()
+        .map(|phase| match phase.order.trace_spec(pages) {
+            Some(t) => t
+                .parse::<memvisor_trace::WorkloadSpec>()
+                .map(Some)
+                .map_err(|e| BenchError::bad("workload", args.workload.to_string(), e.to_string())),
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let threads = args.workload.threads();
-    let mut shadow: Vec<u32> = match (&trace, args.workload.writes()) {
-        (Some(_), true) => vec![0; pages as usize],
-        _ => Vec::new(),
+    // Modifications made to each page so far, where pages are not all modified equally often
+    // (random orders; a sequential pass alone modifies each page once).
+    let mut shadow: Vec<u32> = if traces.iter().any(Option::is_some) && args.workload.writes() {
+        vec![0; pages as usize]
+    } else {
+        Vec::new()
     };
-    // With several threads: each thread's accesses (page, modifications so far), worked out
-    // now, in trace order.
+    // With several threads (one random order): each thread's accesses (page, modifications
+    // so far), worked out now, in trace order.
     let mut thread_accesses: Vec<Vec<(u64, u64)>> = vec![Vec::new(); threads];
-    if let (Some(t), true) = (&trace, threads > 1) {
+    if let (Some(Some(t)), true) = (traces.first(), threads > 1) {
         for req in t.requests() {
             let p = req.unit;
             let count = match shadow.get_mut(p as usize) {
@@ -88,6 +95,7 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
     let write = args.workload.writes();
     let t1 = Instant::now();
     let mut accesses = 0u64;
+    let mut phase_reports = Vec::new();
     if threads > 1 {
         accesses = touch_in_threads(
             &SharedDataSet::new(memory.words()),
@@ -96,31 +104,60 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
             write,
         )?;
     } else {
-        let mut data = DataSet::new(memory.words());
-        match (args.workload.order(), &trace) {
-            (AccessOrder::Sequential { passes }, _) => {
-                for pass in 0..*passes {
-                    let count = if write { pass } else { 0 };
-                    for p in 0..pages {
-                        data.touch(p, count, words, write)?;
+        for (phase, trace) in phases.iter().zip(&traces) {
+            let (tp, cp, rp) = (
+                Instant::now(),
+                Counters::now(disk.as_deref())?,
+                memory.region_counters(),
+            );
+            let mut data = DataSet::new(memory.words());
+            let n = match (&phase.order, trace) {
+                (AccessOrder::Sequential { passes }, _) => {
+                    for pass in 0..*passes {
+                        for p in 0..pages {
+                            let count = match shadow.get_mut(p as usize) {
+                                Some(c) => {
+                                    *c += 1;
+                                    u64::from(*c - 1)
+                                }
+                                None if write => pass,
+                                None => 0,
+                            };
+                            data.touch(p, count, words, write)?;
+                        }
                     }
-                    accesses += pages;
+                    passes * pages
                 }
-            }
-            (AccessOrder::Random { .. }, Some(t)) => {
-                for req in t.requests() {
-                    let p = req.unit;
-                    if write {
-                        let c = &mut shadow[p as usize];
-                        data.touch(p, u64::from(*c), words, true)?;
-                        *c += 1;
-                    } else {
-                        data.touch(p, 0, words, false)?;
+                (_, Some(t)) => {
+                    let mut n = 0;
+                    for req in t.requests() {
+                        n += 1;
+                        let p = req.unit;
+                        if write {
+                            let c = &mut shadow[p as usize];
+                            data.touch(p, u64::from(*c), words, true)?;
+                            *c += 1;
+                        } else {
+                            data.touch(p, 0, words, false)?;
+                        }
                     }
-                    accesses += 1;
+                    n
                 }
+                (_, None) => unreachable!("random orders have a trace"),
+            };
+            accesses += n;
+            if phases.len() > 1 {
+                let (cq, rq) = (Counters::now(disk.as_deref())?, memory.region_counters());
+                phase_reports.push(NamedPhaseReport {
+                    name: phase.name.to_string(),
+                    report: PhaseReport {
+                        secs: tp.elapsed().as_secs_f64(),
+                        accesses: n,
+                        counters: cq.since(&cp),
+                        region: rq.zip(rp).map(|(b, a)| b.since(&a)),
+                    },
+                });
             }
-            (AccessOrder::Random { .. }, None) => unreachable!("random orders have a trace"),
         }
     }
     let run_secs = t1.elapsed().as_secs_f64();
@@ -153,6 +190,7 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
             counters: c2.since(&c1),
             region: r2.zip(r1).map(|(b, a)| b.since(&a)),
         },
+        phases: phase_reports,
         verified: true,
         vm_hwm_bytes: field(&status, "VmHWM:") * 1024,
         page_in_p50_nanos: stats.map_or(0, |s| s.page_in_p50_nanos),

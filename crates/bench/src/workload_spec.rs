@@ -21,6 +21,74 @@ pub enum AccessOrder {
         /// The trace workload spec without `n`.
         spec: String,
     },
+    /// Three phases over the same data, each measured on its own: `passes` sequential
+    /// passes, then `accesses` uniform random accesses, then `accesses` Zipf(`alpha`) ones.
+    Phased {
+        /// Sequential passes of the first phase.
+        passes: u64,
+        /// Accesses of each random phase.
+        accesses: u64,
+        /// Skew of the Zipf phase.
+        alpha: f64,
+    },
+}
+
+/// One phase of a phased order: its name and its access order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// `seq`, `uniform` or `zipf`.
+    pub name: &'static str,
+    /// The phase's order (sequential or random).
+    pub order: AccessOrder,
+}
+
+impl AccessOrder {
+    /// The phases of this order: itself alone, or a phased order's three.
+    pub fn phases(&self) -> Vec<Phase> {
+        match self {
+            AccessOrder::Phased {
+                passes,
+                accesses,
+                alpha,
+            } => vec![
+                Phase {
+                    name: "seq",
+                    order: AccessOrder::Sequential { passes: *passes },
+                },
+                Phase {
+                    name: "uniform",
+                    order: AccessOrder::Random {
+                        spec: format!("uniform:len={accesses}"),
+                    },
+                },
+                Phase {
+                    name: "zipf",
+                    order: AccessOrder::Random {
+                        spec: format!("zipf:alpha={alpha}:len={accesses}"),
+                    },
+                },
+            ],
+            other => vec![Phase {
+                name: "run",
+                order: other.clone(),
+            }],
+        }
+    }
+
+    /// The `memvisor-trace` spec of a random order over `pages` pages, `None` otherwise.
+    pub fn trace_spec(&self, pages: u64) -> Option<String> {
+        match self {
+            AccessOrder::Random { spec } => {
+                let (kind, rest) = spec.split_once(':').unwrap_or((spec.as_str(), ""));
+                Some(if rest.is_empty() {
+                    format!("{kind}:n={pages}")
+                } else {
+                    format!("{kind}:n={pages}:{rest}")
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A workload, spelled `KIND[:KEY=VALUE...]`:
@@ -29,6 +97,9 @@ pub enum AccessOrder {
 /// * `membench:passes=N`: the seed's memory benchmark — N sequential passes, each
 ///   reading, checking and rewriting every word of every page (same as
 ///   `seq:passes=N:words=all`);
+/// * `phased:passes=N:accesses=K[:alpha=A]`: one region, three phases measured one by one
+///   (reported as `WORKLOAD#seq`, `#uniform`, `#zipf`): N sequential passes, then K uniform
+///   random accesses, then K Zipf accesses (skew A, default 0.99);
 /// * any other `memvisor-trace` workload kind (`uniform`, `zipf`, `hotset`, `phases`, `loop`)
 ///   with its parameters, `n` being the number of pages; `accesses=K` is an alias of `len=K`:
 ///   `uniform:accesses=100000`, `zipf:alpha=0.99:accesses=100000`.
@@ -68,40 +139,37 @@ impl WorkloadSpec {
         self.write
     }
 
-    /// The `memvisor-trace` spec of a random order over `pages` pages, `None` for sequential.
+    /// The `memvisor-trace` spec of a random order over `pages` pages, `None` for sequential
+    /// and phased orders.
     pub fn trace_spec(&self, pages: u64) -> Option<String> {
-        match &self.order {
-            AccessOrder::Sequential { .. } => None,
-            AccessOrder::Random { spec } => {
-                let (kind, rest) = spec.split_once(':').unwrap_or((spec.as_str(), ""));
-                Some(if rest.is_empty() {
-                    format!("{kind}:n={pages}")
-                } else {
-                    format!("{kind}:n={pages}:{rest}")
-                })
-            }
-        }
+        self.order.trace_spec(pages)
     }
 
     /// Checks the spec against a data set of `pages` pages (a random order's parameters are
     /// only validated once `n` is known).
     pub fn validate(&self, pages: u64) -> Result<(), BenchError> {
-        if let Some(t) = self.trace_spec(pages) {
-            t.parse::<memvisor_trace::WorkloadSpec>()
-                .map_err(|e| BenchError::bad("workload", &self.text, e.to_string()))?;
+        for phase in self.order.phases() {
+            if let Some(t) = phase.order.trace_spec(pages) {
+                t.parse::<memvisor_trace::WorkloadSpec>()
+                    .map_err(|e| BenchError::bad("workload", &self.text, e.to_string()))?;
+            }
         }
         Ok(())
     }
 
     /// Page accesses of one run over `pages` pages.
     pub fn accesses(&self, pages: u64) -> u64 {
-        match &self.order {
-            AccessOrder::Sequential { passes } => passes * pages,
-            AccessOrder::Random { .. } => self
-                .trace_spec(pages)
-                .and_then(|t| t.parse::<memvisor_trace::WorkloadSpec>().ok())
-                .map_or(0, |w| w.len()),
-        }
+        self.order
+            .phases()
+            .iter()
+            .map(|phase| match &phase.order {
+                AccessOrder::Sequential { passes } => passes * pages,
+                order => order
+                    .trace_spec(pages)
+                    .and_then(|t| t.parse::<memvisor_trace::WorkloadSpec>().ok())
+                    .map_or(0, |w| w.len()),
+            })
+            .sum()
     }
 }
 
@@ -121,6 +189,8 @@ impl FromStr for WorkloadSpec {
         let mut write = true;
         let mut threads = 1;
         let mut passes: Option<u64> = None;
+        let mut phased_accesses: Option<u64> = None;
+        let mut alpha: Option<f64> = None;
         let mut rest: Vec<String> = Vec::new();
         for kv in parts {
             let (k, v) = kv
@@ -147,7 +217,23 @@ impl FromStr for WorkloadSpec {
                         _ => return Err(bad("mode must be rmw or read".into())),
                     }
                 }
-                "passes" if kind == "seq" || kind == "membench" => {
+                "accesses" if kind == "phased" => {
+                    phased_accesses = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|&a| a >= 1)
+                            .ok_or_else(|| bad("accesses must be a positive integer".into()))?,
+                    )
+                }
+                "alpha" if kind == "phased" => {
+                    alpha = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|a: &f64| a.is_finite() && *a > 0.0)
+                            .ok_or_else(|| bad("alpha must be a positive number".into()))?,
+                    )
+                }
+                "passes" if kind == "seq" || kind == "membench" || kind == "phased" => {
                     passes = Some(
                         v.parse()
                             .ok()
@@ -155,7 +241,7 @@ impl FromStr for WorkloadSpec {
                             .ok_or_else(|| bad("passes must be a positive integer".into()))?,
                     )
                 }
-                "threads" if kind != "seq" && kind != "membench" => {
+                "threads" if kind != "seq" && kind != "membench" && kind != "phased" => {
                     threads = v
                         .parse()
                         .ok()
@@ -179,6 +265,20 @@ impl FromStr for WorkloadSpec {
                     passes: passes.unwrap_or(1),
                 }
             }
+            "phased" => {
+                if !rest.is_empty() {
+                    return Err(bad(format!(
+                        "unknown key(s) {} (phased takes passes, accesses, alpha, words, mode)",
+                        rest.join(", ")
+                    )));
+                }
+                AccessOrder::Phased {
+                    passes: passes.unwrap_or(1),
+                    accesses: phased_accesses
+                        .ok_or_else(|| bad("phased needs accesses=K".into()))?,
+                    alpha: alpha.unwrap_or(0.99),
+                }
+            }
             k if memvisor_trace::WorkloadSpec::NAMES.contains(&k) => {
                 let mut spec = k.to_string();
                 for r in &rest {
@@ -189,7 +289,7 @@ impl FromStr for WorkloadSpec {
             }
             _ => {
                 return Err(bad(format!(
-                    "unknown kind {kind:?} (seq, membench, or a trace workload: {})",
+                    "unknown kind {kind:?} (seq, membench, phased, or a trace workload: {})",
                     memvisor_trace::WorkloadSpec::NAMES.join(", ")
                 )))
             }
@@ -249,6 +349,35 @@ mod tests {
     }
 
     #[test]
+    fn phased_has_three_phases_over_the_same_pages() {
+        let s: WorkloadSpec = "phased:passes=2:accesses=50".parse().unwrap();
+        let phases = s.order().phases();
+        let names: Vec<_> = phases.iter().map(|p| p.name).collect();
+        assert_eq!(names, ["seq", "uniform", "zipf"]);
+        assert_eq!(phases[0].order, AccessOrder::Sequential { passes: 2 });
+        assert_eq!(
+            phases[2].order.trace_spec(10).unwrap(),
+            "zipf:n=10:alpha=0.99:len=50"
+        );
+        assert_eq!(s.accesses(10), 20 + 50 + 50);
+        assert_eq!(s.trace_spec(10), None);
+        let a: WorkloadSpec = "phased:accesses=5:alpha=0.8".parse().unwrap();
+        assert_eq!(
+            a.order().phases()[2].order.trace_spec(4).unwrap(),
+            "zipf:n=4:alpha=0.8:len=5"
+        );
+        assert_eq!(
+            "seq:passes=1"
+                .parse::<WorkloadSpec>()
+                .unwrap()
+                .order()
+                .phases()[0]
+                .name,
+            "run"
+        );
+    }
+
+    #[test]
     fn bad_specs_name_the_problem() {
         for (s, needle) in [
             ("walk", "unknown kind"),
@@ -259,6 +388,11 @@ mod tests {
             ("uniform:words=513", "words"),
             ("uniform:mode=write", "mode"),
             ("uniform:len", "KEY=VALUE"),
+            ("phased:passes=2", "needs accesses"),
+            ("phased:accesses=0", "accesses"),
+            ("phased:accesses=5:alpha=0", "alpha"),
+            ("phased:accesses=5:threads=2", "unknown key"),
+            ("phased:accesses=5:hot=3", "unknown key"),
         ] {
             let e = s.parse::<WorkloadSpec>().unwrap_err().to_string();
             assert!(e.contains(needle), "{s}: {e}");

@@ -97,6 +97,7 @@ fn quick_run_completes_both_variants_with_verified_data() {
             "zipf:alpha=0.99:accesses=300",
         ])
         .args(["--workload", "membench:passes=1"])
+        .args(["--workload", "phased:passes=1:accesses=200"])
         .args([
             "--variant",
             "kernel",
@@ -117,7 +118,27 @@ fn quick_run_completes_both_variants_with_verified_data() {
         &std::fs::read_to_string(out_dir.path().join("results.json")).unwrap(),
     )
     .unwrap();
-    assert_eq!(records.len(), 6, "3 workloads x 2 variants");
+    // The phased workload gives a record for the whole run and one per phase.
+    assert_eq!(
+        records.len(),
+        14,
+        "(3 workloads + 1 + 3 phases) x 2 variants"
+    );
+    for variant in ["kernel", "memvisor:chunk=64K:sample=100ms"] {
+        let accesses = |w: &str| {
+            records
+                .iter()
+                .find(|r| r["workload"] == w && r["variant"] == variant)
+                .unwrap_or_else(|| panic!("no record {w} / {variant}"))["report"]["run"]["accesses"]
+                .as_u64()
+                .unwrap()
+        };
+        let phased = "phased:passes=1:accesses=200";
+        assert_eq!(accesses(&format!("{phased}#seq")), 32 * 256);
+        assert_eq!(accesses(&format!("{phased}#uniform")), 200);
+        assert_eq!(accesses(&format!("{phased}#zipf")), 200);
+        assert_eq!(accesses(phased), 32 * 256 + 400);
+    }
     for r in &records {
         let rep = &r["report"];
         let what = format!("{} / {}", r["workload"], r["variant"]);
@@ -165,7 +186,11 @@ fn quick_run_completes_both_variants_with_verified_data() {
         "{summary}"
     );
     let csv = std::fs::read_to_string(out_dir.path().join("results.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 7);
+    assert!(
+        summary.contains("| phased:passes=1:accesses=200#zipf | kernel |"),
+        "{summary}"
+    );
+    assert_eq!(csv.lines().count(), 15);
 }
 
 #[test]
