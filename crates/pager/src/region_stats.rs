@@ -43,8 +43,8 @@ pub struct RegionStats {
     /// Evicted chunks unchanged since they were read from swap (or zero-filled): dropped
     /// without a write, thanks to dirty tracking.
     pub clean_evictions: u64,
-    /// Swap copies of resident chunks punched because the chunk was found written (at the
-    /// minor fault following an access sample).
+    /// Swap copies punched because the program discarded their pages (a written resident
+    /// page's stale copy keeps its blocks until the page is written out again in its place).
     pub stale_punches: u64,
     /// Whole chunks discarded ([`Region::discard`](crate::Region::discard)): dropped from memory
     /// and swap, or reset from poisoned.

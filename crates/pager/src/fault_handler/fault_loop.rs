@@ -360,32 +360,15 @@ impl FaultHandler {
                 }
                 _ => {}
             }
-            self.punch_stale_copies(c);
+            // The swap copies of pages found written are stale now; they keep their blocks
+            // until the pages are written out again in their place (punching them here cost a
+            // filesystem call per run of pages at the first touch after every sample: 0.7 ms
+            // each for scattered pages on ext4, Run H).
             self.remap(c, "UFFDIO_CONTINUE");
         }
         // A concurrent fault already served by the page-in that woke it: wake is a harmless
         // no-op then, and needed if it raced past the range wake.
         let _ = self.uffd.wake(page_addr, self.memory.page);
-    }
-
-    /// Frees the swap copies of chunk `c`'s pages that were written since: they are stale for
-    /// good.
-    pub(super) fn punch_stale_copies(&mut self, c: usize) {
-        if !self.io.is_stored(c) {
-            return;
-        }
-        let stale = self.chunks.runs(c, |p| {
-            self.chunks.is_page_written(c, p) && self.io.stored_in(c, p, 1) > 0
-        });
-        for (first, n) in stale {
-            match self.io.punch_pages(c, first, n) {
-                Ok(()) => add(&self.stats().stale_punches, 1),
-                Err(e) => {
-                    let start = self.chunk_range(c).0 + first * self.memory.page;
-                    self.memory_error("punch stale swap copy", start, n * self.memory.page, e)
-                }
-            }
-        }
     }
 
     /// A fault on page `page` of chunk `c` (region offset `offset`), which is not in memory:
