@@ -59,7 +59,8 @@ pub struct RunArgs {
     /// Chunk of every region: the unit the eviction policy ranks and pages out, and the most
     /// a page-in reads at once (plus one chunk read ahead). A multiple of 4K, at most 64M.
     /// Residency and the budget are counted in pages: a page-in reads the faulting page alone
-    /// when faults are scattered and the chunk's missing pages when they stream.
+    /// when faults are scattered, a window growing from 16K as they start to stream, and the
+    /// chunk's missing pages once the window spans a chunk.
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     chunk_size: String,
     /// Adaptive busy polling of the fault handlers: while faults come faster than one per

@@ -7,8 +7,9 @@
 //! a page-in reads; a chunk may be partly resident. A handler thread per region serves
 //! userfaultfd faults with an *adaptive paging unit* ([`PageInUnit`]): the faulting page alone
 //! when the faulting thread's faults are scattered (several such reads in flight at once, for
-//! faults of different threads), the chunk's missing pages plus the next chunk read ahead when
-//! they stream. To make room it evicts a victim chunk: its changed pages are written to swap
+//! faults of different threads), a window that doubles at each fault in line when they start
+//! to stream, and the chunk's missing pages plus the next chunk read ahead once it spans a
+//! chunk. To make room it evicts a victim chunk: its changed pages are written to swap
 //! with `O_DIRECT` (adjacent ones in one write), unchanged ones dropped, and the chunk punched out
 //! of the memfd. Pages are mapped write-protected with `WP_ASYNC`, so `PAGEMAP_SCAN` tells which
 //! were written. Optional sampling (minor faults after `MADV_DONTNEED`) feeds the policy's

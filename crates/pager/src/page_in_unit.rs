@@ -4,8 +4,9 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PageInUnit {
     /// Decided per fault from the faulting thread's recent faults (the default): the faulting
-    /// page alone when faults are scattered, the chunk's missing pages (and the next chunk
-    /// read ahead) when they stream through addresses.
+    /// page alone when faults are scattered, a window growing from 4 pages as faults start to
+    /// stream through addresses, the chunk's missing pages (and the next chunk read ahead)
+    /// once the window spans a chunk.
     #[default]
     Adaptive,
     /// Always every missing page of the chunk (the pager before the adaptive unit).

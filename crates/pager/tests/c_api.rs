@@ -48,10 +48,11 @@ fn c_api_from_rust() {
         let p = memvisor_region_ptr(r).cast::<u8>();
         let len = memvisor_region_len(r) as usize;
         assert_eq!(len, 4 << 20);
-        for i in (0..len).step_by(1 << 20) {
+        // Every page: the budget (one chunk) is exceeded whatever each page-in reads.
+        for i in (0..len).step_by(4096) {
             p.add(i).write(9);
         }
-        for i in (0..len).step_by(1 << 20) {
+        for i in (0..len).step_by(4096) {
             assert_eq!(p.add(i).read(), 9);
         }
         let mut s = MemvisorRegionStats::default();

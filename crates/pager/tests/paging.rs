@@ -429,8 +429,10 @@ fn adaptive_page_in_reads_pages_when_scattered_and_chunks_when_streaming() {
     }
     let s = region.stats();
     assert!(s.resident_pages <= 4 * 16, "{s:?}");
+    // Whole chunks zero-filled, once the window has grown to a chunk (over the first one:
+    // a page, then 4 pages, 8, the rest).
     assert!(
-        s.zero_fills <= chunks as u64 + 1,
+        s.zero_fills <= chunks as u64 + 3,
         "whole chunks zero-filled: {s:?}"
     );
     // Scattered reads: one page each, far apart.

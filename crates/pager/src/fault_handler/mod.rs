@@ -12,7 +12,8 @@
 //! The region's unit of policy and page-out is the chunk; its unit of residency is the page.
 //! A missing fault brings in what the access pattern needs (`page_in.rs`,
 //! [`AccessPattern`](access_pattern::AccessPattern)): the faulting page alone when faults are
-//! scattered, the chunk's missing pages and the next chunk ahead when they stream. The budget
+//! scattered, a growing window as they start to stream, the chunk's missing pages and the next
+//! chunk ahead once the window spans a chunk. The budget
 //! counts resident pages; the policy ranks chunks, each of which may be partly resident. A
 //! scattered page-in may only start its read and return to the loop (parallel page-in,
 //! [`PageReads`](crate::page_reads::PageReads)); its completion maps the page.

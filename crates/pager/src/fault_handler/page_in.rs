@@ -258,7 +258,7 @@ impl FaultHandler {
                     self.memory.page,
                 );
             }
-            PageInSpan::Chunk { .. } => {
+            PageInSpan::Window { .. } | PageInSpan::Chunk { .. } => {
                 let _ = self.uffd.wake(self.memory.base + start, len);
             }
         }
@@ -292,7 +292,25 @@ impl FaultHandler {
         match span {
             PageInSpan::Page if missing(page) => vec![(page, 1)],
             PageInSpan::Page => Vec::new(),
+            PageInSpan::Window { .. } => {
+                let (first, n) = self.read_extent(c, page, span);
+                self.chunks
+                    .runs(c, |p| p >= first && p < first + n && missing(p))
+            }
             PageInSpan::Chunk { .. } => self.chunks.runs(c, missing),
+        }
+    }
+
+    /// The pages `(first, count)` of chunk `c` a page-in of `span` reads (in one read in copy
+    /// mode): the faulting page, the window from it (cut at the chunk's end), or the chunk.
+    fn read_extent(&self, c: usize, page: usize, span: PageInSpan) -> (usize, usize) {
+        match span {
+            PageInSpan::Page => (page, 1),
+            PageInSpan::Window { pages } => (
+                page,
+                pages.clamp(1, self.chunks.pages_in(c).saturating_sub(page).max(1)),
+            ),
+            PageInSpan::Chunk { .. } => (0, self.chunks.pages_in(c)),
         }
     }
 
@@ -328,19 +346,15 @@ impl FaultHandler {
             ));
             return done;
         };
-        // What to read: the faulting page, or the whole chunk (one read covers every run).
-        let (first, n) = match span {
-            PageInSpan::Page => (page, 1),
-            PageInSpan::Chunk { .. } => (0, self.chunks.pages_in(c)),
-        };
+        // What to read: the faulting page, a window from it, or the whole chunk (one read
+        // covers every run).
+        let (first, n) = self.read_extent(c, page, span);
+        let whole_chunk = matches!(span, PageInSpan::Chunk { .. });
         let t = Instant::now();
         // SAFETY: the bounce buffer is a private mapping of one chunk owned by this handler.
         let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), n * pg) };
         let whole_chunk_out = self.chunks.resident_pages(c) == 0;
-        let read = if span != PageInSpan::Page
-            && whole_chunk_out
-            && self.io.take_prefetched(c, &mut bounce)
-        {
+        let read = if whole_chunk && whole_chunk_out && self.io.take_prefetched(c, &mut bounce) {
             // SAFETY: as above; `bounce` now holds the prefetcher's former buffer, as large.
             let buf = unsafe { std::slice::from_raw_parts_mut(bounce.as_ptr(), n * pg) };
             let r = self.io.verify_prefetched(c, buf).map(|()| n);
@@ -349,7 +363,7 @@ impl FaultHandler {
             }
             r
         } else {
-            let early = if span != PageInSpan::Page && whole_chunk_out {
+            let early = if whole_chunk && whole_chunk_out {
                 self.map_faulting_page_first(c, start, buf)
             } else {
                 Ok(())
