@@ -71,13 +71,7 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
     if let (Some(Some(t)), true) = (traces.first(), threads > 1) {
         for req in t.requests() {
             let p = req.unit;
-            let count = match shadow.get_mut(p as usize) {
-                Some(c) => {
-                    *c += 1;
-                    u64::from(*c - 1)
-                }
-                None => 0,
-            };
+            let count = take_count(&mut shadow, p).unwrap_or(0);
             thread_accesses[(p % threads as u64) as usize].push((p, count));
         }
     }
@@ -115,14 +109,8 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
                 (AccessOrder::Sequential { passes }, _) => {
                     for pass in 0..*passes {
                         for p in 0..pages {
-                            let count = match shadow.get_mut(p as usize) {
-                                Some(c) => {
-                                    *c += 1;
-                                    u64::from(*c - 1)
-                                }
-                                None if write => pass,
-                                None => 0,
-                            };
+                            let unshadowed = if write { pass } else { 0 };
+                            let count = take_count(&mut shadow, p).unwrap_or(unshadowed);
                             data.touch(p, count, words, write)?;
                         }
                     }
@@ -133,13 +121,8 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
                     for req in t.requests() {
                         n += 1;
                         let p = req.unit;
-                        if write {
-                            let c = &mut shadow[p as usize];
-                            data.touch(p, u64::from(*c), words, true)?;
-                            *c += 1;
-                        } else {
-                            data.touch(p, 0, words, false)?;
-                        }
+                        let count = take_count(&mut shadow, p).unwrap_or(0);
+                        data.touch(p, count, words, write)?;
                     }
                     n
                 }
@@ -199,6 +182,14 @@ pub fn run_workload(args: &WorkloadArgs) -> Result<WorkloadReport, BenchError> {
         region_errors,
         swap_direct: memory.region().map(|r| r.swap_is_direct()),
     })
+}
+
+/// The modifications page `page` has had so far, counting this access as one more; `None`
+/// when modifications are not shadowed (`shadow` empty).
+fn take_count(shadow: &mut [u32], page: u64) -> Option<u64> {
+    let c = shadow.get_mut(page as usize)?;
+    *c += 1;
+    Some(u64::from(*c - 1))
 }
 
 /// Makes each thread's accesses on its own thread, all at once; returns how many were made.
