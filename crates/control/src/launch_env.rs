@@ -22,12 +22,15 @@ pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
 pub const BUSY_POLL_US: &str = "MEMVISOR_BUSY_POLL_US";
 /// What a region does when its swap filesystem is full: `overrun` (default) or `fail`.
 pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
+/// Swap mapper and false-read preventer for reads of disk images into guest RAM: `on`
+/// (default) or `off`.
+pub const SWAP_MAPPER: &str = "MEMVISOR_SWAP_MAPPER";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -39,4 +42,5 @@ pub const ALL: [&str; 11] = [
     CHUNK_SIZE,
     BUSY_POLL_US,
     ON_SWAP_FULL,
+    SWAP_MAPPER,
 ];

@@ -87,6 +87,20 @@ pub struct RegionStatus {
     pub swap_full_failures: u64,
     /// Whether the swap filesystem is full now (an episode is going on).
     pub swap_full: bool,
+    /// Swap mapper: bytes of pages associated with a disk-image block now (evicted without a
+    /// write, paged in from the image).
+    pub image_bytes: u64,
+    /// Swap mapper: bytes whose eviction wrote nothing because an image holds them.
+    pub swap_write_bytes_avoided: u64,
+    /// Swap mapper: bytes read back from images at page-in.
+    pub image_read_bytes: u64,
+    /// False-read preventer: bytes of pages about to be overwritten by a file read that were
+    /// not read from swap.
+    pub false_read_bytes_avoided: u64,
+    /// Swap mapper: associations ended because the program wrote the page.
+    pub image_associations_ended_by_guest: u64,
+    /// Swap mapper: associations ended because the image block was written.
+    pub image_associations_ended_by_image: u64,
 }
 
 impl ProcessStatus {

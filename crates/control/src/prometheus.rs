@@ -128,6 +128,42 @@ const FAMILIES: &[Family] = &[
         value: |r| r.swap_full_failures,
     },
     Family {
+        name: "memvisor_image_bytes",
+        kind: "gauge",
+        help: "Bytes of guest pages associated with a disk-image block (swap mapper).",
+        value: |r| r.image_bytes,
+    },
+    Family {
+        name: "memvisor_swap_write_avoided_bytes_total",
+        kind: "counter",
+        help: "Bytes evicted without a swap write because a disk image holds them.",
+        value: |r| r.swap_write_bytes_avoided,
+    },
+    Family {
+        name: "memvisor_image_read_bytes_total",
+        kind: "counter",
+        help: "Bytes paged in from disk images instead of swap.",
+        value: |r| r.image_read_bytes,
+    },
+    Family {
+        name: "memvisor_false_read_avoided_bytes_total",
+        kind: "counter",
+        help: "Bytes not read from swap because a file read was about to overwrite them.",
+        value: |r| r.false_read_bytes_avoided,
+    },
+    Family {
+        name: "memvisor_image_associations_ended_by_guest_total",
+        kind: "counter",
+        help: "Image associations ended because the program wrote the page.",
+        value: |r| r.image_associations_ended_by_guest,
+    },
+    Family {
+        name: "memvisor_image_associations_ended_by_image_total",
+        kind: "counter",
+        help: "Image associations ended because the image block was written.",
+        value: |r| r.image_associations_ended_by_image,
+    },
+    Family {
         name: "memvisor_page_in_p99_seconds",
         kind: "gauge",
         help: "99th percentile page-in service time (log2 bucket upper bound).",

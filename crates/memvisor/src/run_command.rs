@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// it is sent SIGCONT.
     #[arg(long, value_name = "ACTION", default_value = "overrun", value_parser = ["overrun", "fail"])]
     on_swap_full: String,
+    /// Swap mapper and false-read preventer (VSwapper) for disk images QEMU reads into guest
+    /// RAM: a page read from an image is evicted without a swap write and paged in from the
+    /// image again; a read that overwrites whole pages does not first read them from swap.
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
+    swap_mapper: String,
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
@@ -380,6 +385,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::CHUNK_SIZE, plan.chunk_size.to_string())
         .env(launch_env::BUSY_POLL_US, plan.busy_poll_us.to_string())
         .env(launch_env::ON_SWAP_FULL, &args.on_swap_full)
+        .env(launch_env::SWAP_MAPPER, &args.swap_mapper)
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())
         .env(launch_env::CONTROL_DIR, &plan.control_dir)

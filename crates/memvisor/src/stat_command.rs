@@ -105,6 +105,21 @@ pub fn render_table(s: &ProcessStatus) -> String {
                 r.swap_full_failures,
             );
         }
+        if r.image_bytes + r.swap_write_bytes_avoided + r.false_read_bytes_avoided > 0 {
+            let _ = writeln!(
+                out,
+                "{}: swap mapper: {} associated with disk-image blocks, {} of swap writes \
+                 avoided, {} paged in from images, {} of false reads avoided, associations \
+                 ended by guest writes {} and by image writes {}",
+                r.name,
+                format_bytes(r.image_bytes),
+                format_bytes(r.swap_write_bytes_avoided),
+                format_bytes(r.image_read_bytes),
+                format_bytes(r.false_read_bytes_avoided),
+                r.image_associations_ended_by_guest,
+                r.image_associations_ended_by_image,
+            );
+        }
         if r.overrun_chunks > 0 {
             let _ = writeln!(
                 out,

@@ -15,7 +15,7 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,21 +78,6 @@ fn memfd_bytes(pid: u32, link_prefix: &str) -> Option<u64> {
     None
 }
 
-/// `memvisor stat PID --json` for the first managed process in `ctl`.
-fn stat_once(ctl: &Path) -> Option<ProcessStatus> {
-    let pid = *memvisor_control::socket_dir::list_managed_pids(ctl)
-        .ok()?
-        .first()?;
-    let o = memvisor(ctl)
-        .args(["stat", &pid.to_string(), "--json"])
-        .output()
-        .ok()?;
-    if !o.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&o.stdout).ok()
-}
-
 /// What one guest under `memvisor run` produced.
 struct ManagedRun {
     run: GuestRun,
@@ -119,7 +104,7 @@ fn run_under_memvisor(image: &GuestImage, config: &GuestConfig) -> ManagedRun {
         let (stop, samples, ctl) = (stop.clone(), samples.clone(), ctl.clone());
         thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
-                if let Some(status) = stat_once(&ctl) {
+                if let Some(status) = first_managed_status(&ctl) {
                     let memfd_bytes = memfd_bytes(status.pid, link_prefix);
                     samples.lock().unwrap().push(Sample {
                         at: started.elapsed(),

@@ -45,6 +45,7 @@ mod event_fd;
 mod fault_handler;
 mod fault_injector;
 pub mod ffi;
+mod image_file;
 mod memfd;
 mod page_bitmap;
 mod page_in_unit;
@@ -68,6 +69,7 @@ pub mod userfaultfd;
 mod write_job;
 
 pub use fault_injector::FaultInjector;
+pub use image_file::{FileKey, ImageFile, ReadEpoch};
 pub use memfd::{page_size, Mapping, Memfd};
 pub use page_in_unit::PageInUnit;
 pub use pagemap::Pagemap;

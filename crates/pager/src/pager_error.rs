@@ -108,6 +108,26 @@ pub enum PagerError {
         actual: u32,
     },
 
+    /// Reading pages back from the disk image they were associated with failed, or the image
+    /// no longer holds what the pages held (changed outside memvisor); the pages were poisoned.
+    #[error(
+        "region {region}: page-in at offset {offset:#x} from image {image} at byte \
+         {file_offset:#x}: {source}"
+    )]
+    ImageRead {
+        /// Region name.
+        region: String,
+        /// Byte offset in the region of the first page of the failed read.
+        offset: u64,
+        /// The image.
+        image: PathBuf,
+        /// Byte offset in the image.
+        file_offset: u64,
+        /// The OS error (`InvalidData`: a checksum mismatch).
+        #[source]
+        source: io::Error,
+    },
+
     /// The fault-handler thread could not be started.
     #[error("region {region}: cannot start the fault handler: {source}")]
     Thread {

@@ -13,6 +13,7 @@ use memvisor_policy::PolicySpec;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared, RegionMemory};
+use crate::image_file::{FileKey, ImageFile, ReadEpoch};
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
@@ -295,6 +296,80 @@ impl Region {
         )
     }
 
+    /// Checks that `[offset, offset + len)` lies inside the region (`what` names the request
+    /// in the error).
+    fn check_range(&self, what: &str, offset: usize, len: usize) -> Result<(), PagerError> {
+        if offset
+            .checked_add(len)
+            .is_some_and(|e| e <= self.len_pages_rounded())
+        {
+            return Ok(());
+        }
+        Err(PagerError::Config(format!(
+            "{}: {what} of [{offset:#x}, +{len:#x}) is not inside the region ({:#x} bytes)",
+            self.name(),
+            self.size
+        )))
+    }
+
+    /// False-read preventer (VSwapper): a read from a file is about to overwrite
+    /// `[offset, offset + len)`. Every page the range covers whole and that is not in memory
+    /// becomes a resident zero page instead of being read from swap; if the read then fails,
+    /// those pages read as zeros (as a failed DMA leaves a guest buffer undefined).
+    pub fn prepare_overwrite(&self, offset: usize, len: usize) -> Result<(), PagerError> {
+        self.check_range("prepare_overwrite", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.shared
+            .commands
+            .submit(self.name(), RegionCommand::PrepareOverwrite { offset, len })
+    }
+
+    /// Swap mapper (VSwapper): a complete read of `len` bytes at byte `file_offset` of
+    /// `image`, started when `epoch` was taken ([`ImageFile::read_epoch`]), landed in
+    /// `[offset, offset + len)`. Each page it covered whole, still equal to its image block,
+    /// is associated with the block: its eviction writes nothing and its page-in reads the
+    /// block again (verified by checksum). Pages of a read that overlapped a write to the image
+    /// are not associated.
+    pub fn associate(
+        &self,
+        offset: usize,
+        len: usize,
+        image: &Arc<ImageFile>,
+        file_offset: u64,
+        epoch: ReadEpoch,
+    ) -> Result<(), PagerError> {
+        self.check_range("associate", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.shared.commands.submit(
+            self.name(),
+            RegionCommand::Associate {
+                offset,
+                len,
+                image: image.clone(),
+                file_offset,
+                epoch,
+            },
+        )
+    }
+
+    /// Swap mapper: bytes `[from, to)` of the image `image` are about to change (a write, a
+    /// hole punched, a truncation: `to = u64::MAX`). Returns once every page associated with
+    /// a block they overlap holds its content on its own (read back into memory if it was
+    /// out) and is no longer associated. Call it after [`ImageFile::begin_write`] and before
+    /// the change reaches the file.
+    pub fn image_written(&self, image: FileKey, from: u64, to: u64) -> Result<(), PagerError> {
+        if from >= to {
+            return Ok(());
+        }
+        self.shared
+            .commands
+            .submit(self.name(), RegionCommand::ImageWritten { image, from, to })
+    }
+
     fn len_pages_rounded(&self) -> usize {
         self.size.next_multiple_of(page_size())
     }
@@ -323,6 +398,32 @@ impl Region {
     /// `/proc/self/fd` (as `PATH (deleted)`) while the region lives.
     pub fn swap_path(&self) -> &Path {
         &self.swap_path
+    }
+
+    /// Identity (device, inode) of the region's memfd: a program's descriptor of the same
+    /// memfd (QEMU's guest RAM) has the same.
+    pub fn memfd_key(&self) -> Result<FileKey, PagerError> {
+        use std::os::unix::fs::MetadataExt;
+        let file = std::fs::File::from(self.memfd_fd.try_clone().map_err(|source| {
+            PagerError::Memory {
+                region: self.name().to_string(),
+                op: "dup memfd",
+                offset: 0,
+                len: self.size,
+                source,
+            }
+        })?);
+        let meta = file.metadata().map_err(|source| PagerError::Memory {
+            region: self.name().to_string(),
+            op: "fstat memfd",
+            offset: 0,
+            len: self.size,
+            source,
+        })?;
+        Ok(FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
     }
 
     /// Bytes of memory the region's memfd really holds, as the kernel counts them: at most

@@ -9,11 +9,12 @@
 //! variable and an eventfd write): an `LD_PRELOAD` shim calls it from inside the program's own
 //! `munmap` or `madvise`, where the program's allocator may hold its locks.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use memvisor_policy::PolicySpec;
 
 use crate::event_fd::EventFd;
+use crate::image_file::{FileKey, ImageFile, ReadEpoch};
 use crate::pager_error::PagerError;
 
 /// A change to a running region.
@@ -26,6 +27,20 @@ pub(crate) enum RegionCommand {
     SetPolicy(PolicySpec),
     /// `[offset, offset + len)` reads as zeros afterwards (page-aligned, inside the region).
     Discard { offset: usize, len: usize },
+    /// A file read is about to overwrite `[offset, offset + len)` (inside the region): the
+    /// false-read preventer.
+    PrepareOverwrite { offset: usize, len: usize },
+    /// A complete read of `len` bytes at `file_offset` of `image` landed in
+    /// `[offset, offset + len)`, started at `epoch`: the swap mapper's associations.
+    Associate {
+        offset: usize,
+        len: usize,
+        image: Arc<ImageFile>,
+        file_offset: u64,
+        epoch: ReadEpoch,
+    },
+    /// Bytes `[from, to)` of the image `image` are about to be written (or discarded).
+    ImageWritten { image: FileKey, from: u64, to: u64 },
 }
 
 /// The slot one command and its answer pass through.

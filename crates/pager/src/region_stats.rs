@@ -69,6 +69,24 @@ pub struct RegionStats {
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
+    /// Swap mapper: pages now associated with an image block (their eviction writes nothing).
+    pub image_pages: u64,
+    /// Swap mapper: bytes of pages whose eviction wrote nothing because an image holds them
+    /// (each association counted once: its first eviction, which would have been a write).
+    pub swap_write_bytes_avoided: u64,
+    /// Swap mapper: bytes read back from images at page-in.
+    pub image_read_bytes: u64,
+    /// Swap mapper: associations ended because the program wrote the page.
+    pub image_associations_ended_by_guest: u64,
+    /// Swap mapper: associations ended because the image block was about to be written.
+    pub image_associations_ended_by_image: u64,
+    /// Swap mapper: pages a complete image read covered but that were not associated (a
+    /// write to the image during the read, the page not equal to the block, no dirty
+    /// tracking).
+    pub image_associations_refused: u64,
+    /// False-read preventer: bytes of pages a file read was about to overwrite that were
+    /// mapped as zeros instead of being read from swap.
+    pub false_read_bytes_avoided: u64,
     /// Bytes read from swap.
     pub bytes_read: u64,
     /// Bytes written to swap.
@@ -143,6 +161,13 @@ pub(crate) struct StatsCounters {
     pub readahead_reads: AtomicU64,
     pub readahead_hits: AtomicU64,
     pub early_wakes: AtomicU64,
+    pub image_pages: AtomicU64,
+    pub swap_write_bytes_avoided: AtomicU64,
+    pub image_read_bytes: AtomicU64,
+    pub image_associations_ended_by_guest: AtomicU64,
+    pub image_associations_ended_by_image: AtomicU64,
+    pub image_associations_refused: AtomicU64,
+    pub false_read_bytes_avoided: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -253,6 +278,13 @@ impl StatsCounters {
             readahead_reads: g(&self.readahead_reads),
             readahead_hits: g(&self.readahead_hits),
             early_wakes: g(&self.early_wakes),
+            image_pages: g(&self.image_pages),
+            swap_write_bytes_avoided: g(&self.swap_write_bytes_avoided),
+            image_read_bytes: g(&self.image_read_bytes),
+            image_associations_ended_by_guest: g(&self.image_associations_ended_by_guest),
+            image_associations_ended_by_image: g(&self.image_associations_ended_by_image),
+            image_associations_refused: g(&self.image_associations_refused),
+            false_read_bytes_avoided: g(&self.false_read_bytes_avoided),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

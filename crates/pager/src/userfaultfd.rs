@@ -30,6 +30,7 @@ const UFFDIO_COPY: u64 = ioc(IOC_READ | IOC_WRITE, 0x03, size_of::<UffdioCopy>()
 const UFFDIO_ZEROPAGE: u64 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<UffdioZeropage>());
 const UFFDIO_CONTINUE: u64 = ioc(IOC_READ | IOC_WRITE, 0x07, size_of::<UffdioContinue>());
 const UFFDIO_POISON: u64 = ioc(IOC_READ | IOC_WRITE, 0x08, size_of::<UffdioPoison>());
+const UFFDIO_WRITEPROTECT: u64 = ioc(IOC_READ | IOC_WRITE, 0x06, size_of::<UffdioWriteprotect>());
 
 /// `UFFD_FEATURE_*` bits negotiated with `UFFDIO_API`.
 pub mod features {
@@ -80,6 +81,8 @@ const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
 const MODE_DONTWAKE: u64 = 1 << 0;
+/// `UFFDIO_WRITEPROTECT_MODE_DONTWAKE` (its bit 0 is `MODE_WP`).
+const WP_MODE_DONTWAKE: u64 = 1 << 1;
 /// `UFFDIO_COPY_MODE_WP` and `UFFDIO_CONTINUE_MODE_WP`: map the pages write-protected.
 const MODE_WP: u64 = 1 << 1;
 
@@ -149,6 +152,13 @@ struct UffdioPoison {
     range: UffdioRange,
     mode: u64,
     updated: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Default)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
 }
 
 /// `struct uffd_msg` (packed in the kernel; every field here is naturally aligned, so the
@@ -436,6 +446,27 @@ impl Userfaultfd {
         // SAFETY: valid fd and a valid `struct uffdio_poison`; the kernel validates the range.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_POISON as _, &mut p) };
         Self::partial(r, p.updated)
+    }
+
+    /// `UFFDIO_WRITEPROTECT` without `MODE_WP` and without waking: removes the write
+    /// protection of registered `[start, start + len)` (registered with `MODE_WP`), including
+    /// the uffd-wp markers that pages without an entry keep, so the range is truly empty where
+    /// no page is mapped (`UFFDIO_POISON` refuses a marker with `EEXIST`).
+    pub fn unprotect(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: WP_MODE_DONTWAKE,
+        };
+        // SAFETY: valid fd and a valid `struct uffdio_writeprotect`; the kernel validates the
+        // range.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_WRITEPROTECT as _, &mut w) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     fn partial(r: libc::c_int, done: i64) -> Result<usize, PartialError> {

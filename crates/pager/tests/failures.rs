@@ -323,3 +323,40 @@ fn armed_read_failure_spares_chunks_that_need_no_read() {
     assert_eq!(region.stats().read_errors, 0);
     assert!(region.take_errors().is_empty());
 }
+
+/// A page that left memory clean (read from swap, not written since) keeps a uffd-wp marker in
+/// its empty page-table entry. A failed read of it must still poison it (a kernel read sees
+/// EFAULT): `UFFDIO_POISON` refuses a marker, and the access used to fault forever.
+#[test]
+fn a_failed_read_of_a_page_that_left_memory_clean_poisons_it() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    for mode in [ResolveMode::Copy, ResolveMode::AliasContinue] {
+        let dir = tempfile::tempdir().unwrap();
+        let inj = Arc::new(FaultInjector::new());
+        let region = Region::new(
+            RegionConfig::new(4 * chunk, chunk, dir.path())
+                .chunk_size(chunk)
+                .resolve(mode)
+                .fault_injector(inj.clone())
+                .log_errors(false),
+        )
+        .unwrap();
+        assert!(region.dirty_tracking());
+        write(&region, 0, &[9; 16]);
+        write(&region, chunk, &[8; 16]); // chunk 0 written to swap
+        let mut b = [0u8; 16];
+        read(&region, 0, &mut b); // chunk 0 back, clean
+        assert_eq!(b, [9; 16]);
+        read(&region, chunk, &mut b); // chunk 0 leaves memory clean
+        let s = region.stats();
+        assert!(s.clean_evictions >= 1, "{mode:?}: {s:?}");
+        inj.fail_reads(libc::EIO, 1);
+        let e = common::kernel_reads(&region, 0, 16).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{mode:?}");
+        assert_eq!(region.stats().read_errors, 1, "{mode:?}");
+    }
+}

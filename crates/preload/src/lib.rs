@@ -28,6 +28,15 @@
 //! `MEMVISOR_*` variables) at start, so exec'd children run unmanaged unless
 //! `memvisor run --manage-children` asked otherwise.
 //!
+//! Disk-image I/O (VSwapper's swap mapper and false-read preventer, [`image_io`]): positional
+//! reads of a regular file straight into a fixed region (QEMU's worker threads read disk
+//! images into guest RAM) skip reading pages from swap that the read overwrites whole, and
+//! associate those pages with their image blocks, so evicting them writes nothing and paging
+//! them in reads the image; writes, hole punches, truncations and copies into such a file
+//! first keep the pages' content ([`image_entry_points`]). A hole punched in the guest-RAM
+//! memfd (virtio-balloon) is a discard through the pager. `memvisor run --swap-mapper off`
+//! turns this off.
+//!
 //! Each managed process serves a control socket (`memvisor_control`). The library's own heap
 //! is separate from the program's `malloc` (`shim_allocator`), because the program's allocator
 //! calls the interposed functions while holding its locks.
@@ -35,6 +44,8 @@
 pub mod arena_allocator;
 mod credential_mirror;
 pub mod entry_points;
+pub mod image_entry_points;
+pub mod image_io;
 mod interposer;
 mod library_init;
 pub mod managed_process;

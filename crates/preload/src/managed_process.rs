@@ -41,6 +41,8 @@ const ARENA_ALIGN: usize = 2 << 20;
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Smallest mapping managed.
 pub static MIN_REGION: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Whether image reads into fixed regions go through the swap mapper (`--swap-mapper`).
+pub static SWAP_MAPPER: AtomicBool = AtomicBool::new(false);
 /// The arena's address range, `[start, end)`.
 static ARENA_START: AtomicUsize = AtomicUsize::new(0);
 static ARENA_END: AtomicUsize = AtomicUsize::new(0);
@@ -248,6 +250,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     ARENA_START.store(start, Ordering::Release);
     ARENA_END.store(start + size, Ordering::Release);
     MIN_REGION.store(config.min_region, Ordering::Release);
+    SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
     let state = ManagedProcess {
         budget: config.budget,
         policy: config.policy.clone(),
@@ -352,6 +355,12 @@ impl ManagedProcess {
                 swap_full_episodes: s.swap_full_episodes,
                 swap_full_failures: s.swap_full_failures,
                 swap_full: s.swap_full,
+                image_bytes: s.image_pages * memvisor_pager::page_size() as u64,
+                swap_write_bytes_avoided: s.swap_write_bytes_avoided,
+                image_read_bytes: s.image_read_bytes,
+                false_read_bytes_avoided: s.false_read_bytes_avoided,
+                image_associations_ended_by_guest: s.image_associations_ended_by_guest,
+                image_associations_ended_by_image: s.image_associations_ended_by_image,
             }
         };
         let mut regions = Vec::new();
@@ -687,6 +696,46 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
             libc::EIO
         })
     })
+}
+
+/// Runs `f` on fixed region `slot` and its start address, under the state lock (so the region
+/// stays alive); `None` if there is no such region. `f` may wait for the region's handler
+/// (a [`Region`] command), but must not call back into this module.
+pub fn with_fixed<R>(slot: usize, f: impl FnOnce(&Region, usize) -> R) -> Option<R> {
+    let guard = lock();
+    let fixed = guard.as_ref()?.fixed.iter().find(|f| f.slot == slot)?;
+    Some(f(&fixed.region, fixed.region.as_ptr() as usize))
+}
+
+/// Runs `f` on every fixed region, under the state lock (as [`with_fixed`]).
+pub fn for_each_fixed(mut f: impl FnMut(&Region)) {
+    let guard = lock();
+    if let Some(p) = guard.as_ref() {
+        for fixed in &p.fixed {
+            f(&fixed.region);
+        }
+    }
+}
+
+/// Runs `f` on the fixed region whose memfd has identity `key` (a discard of its memory,
+/// counted as one), under the state lock; `None` if no region has that memfd.
+pub fn with_fixed_memfd<R>(
+    key: memvisor_pager::FileKey,
+    f: impl FnOnce(&Region) -> R,
+) -> Option<R> {
+    let mut guard = lock();
+    let fixed = guard
+        .as_mut()?
+        .fixed
+        .iter_mut()
+        .find(|f| f.region.memfd_key().ok() == Some(key))?;
+    fixed.discards += 1;
+    Some(f(&fixed.region))
+}
+
+/// Whether any fixed region exists (lock-free).
+pub fn has_fixed() -> bool {
+    FIXED_COUNT.load(Ordering::Acquire) > 0
 }
 
 /// Records a large mapping left to the kernel.

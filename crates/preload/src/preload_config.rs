@@ -40,6 +40,9 @@ pub struct PreloadConfig {
     pub busy_poll: Option<std::time::Duration>,
     /// What every region does while its swap filesystem is full.
     pub on_swap_full: OnSwapFull,
+    /// Whether reads of disk images into guest RAM go through the swap mapper and the
+    /// false-read preventer ([`image_io`](crate::image_io)).
+    pub swap_mapper: bool,
 }
 
 impl PreloadConfig {
@@ -140,6 +143,17 @@ impl PreloadConfig {
                 reason,
             })?,
         };
+        let swap_mapper = match get(launch_env::SWAP_MAPPER).as_deref().map(str::trim) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(v) => {
+                return Err(PreloadError::Env {
+                    name: launch_env::SWAP_MAPPER,
+                    value: v.to_string(),
+                    reason: "expected on or off".into(),
+                })
+            }
+        };
         Ok(Some(Self {
             budget,
             policy,
@@ -155,6 +169,7 @@ impl PreloadConfig {
             chunk_size,
             busy_poll,
             on_swap_full,
+            swap_mapper,
         }))
     }
 }
@@ -190,9 +205,11 @@ mod tests {
             (launch_env::CHUNK_SIZE, "65536"),
             (launch_env::BUSY_POLL_US, "100"),
             (launch_env::ON_SWAP_FULL, "fail"),
+            (launch_env::SWAP_MAPPER, "off"),
         ])
         .unwrap()
         .unwrap();
+        assert!(!c.swap_mapper);
         assert_eq!(c.chunk_size, 64 << 10);
         assert_eq!(c.busy_poll, Some(std::time::Duration::from_micros(100)));
         assert_eq!(c.budget, 64 << 20);
@@ -209,6 +226,7 @@ mod tests {
         assert_eq!(c.chunk_size, DEFAULT_CHUNK_SIZE);
         assert_eq!(c.busy_poll, Some(DEFAULT_BUSY_POLL));
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
+        assert!(c.swap_mapper);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[
             (launch_env::BUDGET, "65536"),
@@ -234,6 +252,7 @@ mod tests {
             (launch_env::ON_SWAP_FULL, "ignore"),
             (launch_env::BUSY_POLL_US, "2000000"),
             (launch_env::CHUNK_SIZE, "134217728"),
+            (launch_env::SWAP_MAPPER, "yes"),
         ] {
             let mut pairs = vec![(launch_env::BUDGET, "67108864")];
             pairs.retain(|p| p.0 != k);

@@ -93,3 +93,132 @@ pub unsafe fn mremap(
     };
     r as *mut c_void
 }
+
+/// `pread64` as the kernel does it.
+///
+/// # Safety
+///
+/// As `pread(2)`: the kernel writes up to `n` bytes at `buf`.
+pub unsafe fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> isize {
+    // SAFETY: the caller upholds pread's contract.
+    unsafe { libc::syscall(libc::SYS_pread64, fd as c_long, buf, n, off as c_long) as isize }
+}
+
+/// `preadv2` as the kernel does it (`preadv` is `flags` 0; `off` -1 reads at the file
+/// position).
+///
+/// # Safety
+///
+/// As `preadv2(2)`: the kernel writes into the buffers `iov` describes.
+pub unsafe fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> isize {
+    // SAFETY: the caller upholds preadv2's contract.
+    unsafe { vectored(libc::SYS_preadv2, fd, iov, iovcnt, off, flags) }
+}
+
+/// `preadv2`/`pwritev2` (system call `nr`): on 64-bit Linux the offset travels whole in the
+/// low word; the high word is 0.
+///
+/// # Safety
+///
+/// As the system call: `iov` describes `iovcnt` buffers the kernel reads or writes.
+unsafe fn vectored(
+    nr: c_long,
+    fd: c_int,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> isize {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        libc::syscall(
+            nr,
+            fd as c_long,
+            iov,
+            iovcnt as c_long,
+            off as c_long,
+            0 as c_long,
+            flags as c_long,
+        ) as isize
+    }
+}
+
+/// `pwrite64` as the kernel does it.
+///
+/// # Safety
+///
+/// As `pwrite(2)`: the kernel reads `n` bytes at `buf`.
+pub unsafe fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> isize {
+    // SAFETY: the caller upholds pwrite's contract.
+    unsafe { libc::syscall(libc::SYS_pwrite64, fd as c_long, buf, n, off as c_long) as isize }
+}
+
+/// `pwritev2` as the kernel does it (see [`preadv2`]).
+///
+/// # Safety
+///
+/// As `pwritev2(2)`: the kernel reads the buffers `iov` describes.
+pub unsafe fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> isize {
+    // SAFETY: the caller upholds pwritev2's contract.
+    unsafe { vectored(libc::SYS_pwritev2, fd, iov, iovcnt, off, flags) }
+}
+
+/// `fallocate` as the kernel does it.
+pub fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: plain values; the kernel validates the descriptor and range.
+    unsafe {
+        libc::syscall(
+            libc::SYS_fallocate,
+            fd as c_long,
+            mode as c_long,
+            off as c_long,
+            len as c_long,
+        ) as c_int
+    }
+}
+
+/// `ftruncate` as the kernel does it.
+pub fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: plain values; the kernel validates the descriptor.
+    unsafe { libc::syscall(libc::SYS_ftruncate, fd as c_long, len as c_long) as c_int }
+}
+
+/// `copy_file_range` as the kernel does it.
+///
+/// # Safety
+///
+/// As `copy_file_range(2)`: `off_in` and `off_out` are null or point to live offsets the
+/// kernel reads and updates.
+pub unsafe fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
+) -> isize {
+    // SAFETY: the caller upholds copy_file_range's contract.
+    unsafe {
+        libc::syscall(
+            libc::SYS_copy_file_range,
+            fd_in as c_long,
+            off_in,
+            fd_out as c_long,
+            off_out,
+            len,
+            flags as c_long,
+        ) as isize
+    }
+}

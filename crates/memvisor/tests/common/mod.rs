@@ -237,3 +237,19 @@ pub fn wait_ready(out: &mut impl std::io::BufRead) -> (String, Vec<String>) {
         seen.push(l.trim().to_string());
     }
 }
+
+/// `memvisor stat PID --json` of the first process managed under `ctl`, if there is one and
+/// it answers.
+pub fn first_managed_status(ctl: &Path) -> Option<memvisor_control::ProcessStatus> {
+    let pid = *memvisor_control::socket_dir::list_managed_pids(ctl)
+        .ok()?
+        .first()?;
+    let o = memvisor(ctl)
+        .args(["stat", &pid.to_string(), "--json"])
+        .output()
+        .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&o.stdout).ok()
+}

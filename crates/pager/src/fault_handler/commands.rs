@@ -27,6 +27,24 @@ impl FaultHandler {
                     self.discard(offset, len);
                     Ok(())
                 }
+                RegionCommand::PrepareOverwrite { offset, len } => {
+                    self.prepare_overwrite(offset, len);
+                    Ok(())
+                }
+                RegionCommand::Associate {
+                    offset,
+                    len,
+                    image,
+                    file_offset,
+                    epoch,
+                } => {
+                    self.associate(offset, len, &image, file_offset, epoch);
+                    Ok(())
+                }
+                RegionCommand::ImageWritten { image, from, to } => {
+                    self.image_written(image, from, to);
+                    Ok(())
+                }
             };
             self.shared.commands.answer(r);
         }
@@ -99,6 +117,7 @@ impl FaultHandler {
     }
 
     fn discard_chunk(&mut self, c: usize, start: usize, len: usize) {
+        self.end_image_pages(c, 0, self.chunks.pages_in(c));
         let was_stored = self.io.is_stored(c);
         if was_stored {
             if let Err(e) = self.io.punch(c) {
@@ -137,6 +156,7 @@ impl FaultHandler {
         let pg = self.memory.page;
         let start = self.chunk_range(c).0;
         let out_and_stored = self.chunks.is(c, ChunkState::Out) && self.io.is_stored(c);
+        self.end_image_pages(c, first, n);
         self.clear_poison(c, first, n);
         for (f, k) in self.chunks.resident_runs(c) {
             let (lo, hi) = (f.max(first), (f + k).min(first + n));

@@ -99,6 +99,7 @@ impl FaultHandlerBuilder<'_> {
             pattern: AccessPattern::new(pages_per_chunk, config.page_in_unit),
             page_reads: Vec::new(),
             page_reads_done: Vec::new(),
+            images: Default::default(),
             fault_offset: None,
             uffd_error_logged: false,
         })

@@ -19,6 +19,7 @@ use super::access_pattern::AccessPattern;
 use super::busy_poll::BusyPoll;
 use super::chunk_table::{ChunkState, ChunkTable};
 use super::handler_shared::HandlerShared;
+use super::image_blocks::ImageBlocks;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
@@ -51,6 +52,8 @@ pub(crate) struct FaultHandler {
     pub(super) page_reads: Vec<PendingPageRead>,
     /// Reused buffer of finished page reads.
     pub(super) page_reads_done: Vec<PageReadDone>,
+    /// The swap mapper's associations of pages with image blocks.
+    pub(super) images: ImageBlocks,
     /// Region offset of the page whose fault started the page-in being served.
     pub(super) fault_offset: Option<usize>,
     pub(super) uffd_error_logged: bool,
@@ -248,6 +251,26 @@ impl FaultHandler {
         let policy = &self.policy;
         self.chunks
             .check_invariants(at, |c| policy.contains(c as u64));
+        // Full checks of small tables only (a guest's page cache makes large ones).
+        #[cfg(debug_assertions)]
+        if self.images.len() <= 4096 {
+            if let Err(e) = self.images.check() {
+                panic!("{}: image associations after {at}: {e}", self.shared.name);
+            }
+        }
+        #[cfg(debug_assertions)]
+        {
+            let counted = self
+                .stats()
+                .image_pages
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(
+                counted as usize,
+                self.images.len(),
+                "{}: image pages counted after {at}",
+                self.shared.name
+            );
+        }
     }
 
     fn uffd_raw(&self) -> i32 {
@@ -442,6 +465,14 @@ impl FaultHandler {
     /// Installs poison markers over `[start, start + len)` (skipping mapped pages) and wakes
     /// the waiters, who then get SIGBUS.
     pub(super) fn poison(&self, start: usize, len: usize) {
+        if self.pagemap.is_some() {
+            // A page that left memory clean keeps a uffd-wp marker in its empty entry, which
+            // UFFDIO_POISON refuses (EEXIST): the poison would never be installed and the
+            // access would fault forever. These pages are not resident: drop the markers.
+            if let Err(e) = self.uffd.unprotect(self.memory.base + start, len) {
+                self.memory_error("UFFDIO_WRITEPROTECT (before poison)", start, len, e);
+            }
+        }
         let mut done = 0;
         while done < len {
             let dst = self.memory.base + start + done;

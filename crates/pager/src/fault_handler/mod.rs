@@ -35,10 +35,12 @@ mod commands;
 mod fault_handler_builder;
 mod fault_loop;
 mod handler_shared;
+mod image_blocks;
 mod options;
 mod page_in;
 mod page_out;
 mod region_memory;
+mod swap_mapper;
 
 use chunk_table::ChunkState;
 pub(crate) use fault_loop::FaultHandler;

@@ -22,6 +22,7 @@ pub(super) struct PendingPageRead {
 
 use super::access_pattern::PageInSpan;
 use super::fault_loop::nanos;
+use super::swap_mapper::ImageReadError;
 use super::{ChunkState, FaultHandler, Fill};
 use crate::pager_error::PagerError;
 use crate::region_config::ResolveMode;
@@ -35,15 +36,30 @@ pub(super) enum PageInError {
     Read(ReadError),
     /// Mapping failed.
     Map(io::Error),
+    /// Reading associated pages from their image failed or did not match.
+    Image(ImageReadError),
 }
 
 /// What a page-in did: the runs of pages it mapped (page index in the chunk, count), the bytes
-/// it read from swap, and, if it stopped early, the run it failed on and why.
+/// it read from swap and from images, and, if it stopped early, the run it failed on and why.
 #[derive(Default)]
 pub(super) struct PageInDone {
     mapped: Vec<(usize, usize)>,
     bytes_read: usize,
+    image_bytes: usize,
     failed: Option<((usize, usize), PageInError)>,
+}
+
+impl PageInDone {
+    /// Run `(first, n)` was mapped.
+    pub fn push_mapped(&mut self, run: (usize, usize)) {
+        self.mapped.push(run);
+    }
+
+    /// The runs mapped so far.
+    pub fn mapped_runs(&self) -> &[(usize, usize)] {
+        &self.mapped
+    }
 }
 
 impl FaultHandler {
@@ -133,6 +149,7 @@ impl FaultHandler {
         if self.page_in_options.resolve != ResolveMode::Copy
             || !self.io.has_page_reads()
             || self.io.stored_in(c, page, 1) == 0
+            || self.is_image_page(c, page)
         {
             return false;
         }
@@ -217,15 +234,22 @@ impl FaultHandler {
 
     /// After the pages of a page-in are mapped (or it failed): counters, residency, the
     /// failure, the wake, the policy, the headroom.
-    fn finish_page_in(&mut self, c: usize, page: usize, span: PageInSpan, done: PageInDone) {
+    pub(super) fn finish_page_in(
+        &mut self,
+        c: usize,
+        page: usize,
+        span: PageInSpan,
+        done: PageInDone,
+    ) {
         let was_out = self.chunks.is(c, ChunkState::Out);
         let stored_before = self.io.is_stored(c);
         let PageInDone {
             mapped,
             bytes_read,
+            image_bytes,
             failed,
         } = done;
-        if bytes_read > 0 {
+        if bytes_read > 0 || image_bytes > 0 {
             add(&self.stats().page_ins, 1);
             add(&self.stats().bytes_read, bytes_read as u64);
             if span == PageInSpan::Page {
@@ -327,7 +351,9 @@ impl FaultHandler {
         let mut done = PageInDone::default();
         let pg = self.memory.page;
         let (start, _) = self.chunk_range(c);
-        let stored = runs.iter().any(|&(f, n)| self.io.stored_in(c, f, n) > 0);
+        let stored = runs
+            .iter()
+            .any(|&(f, n)| self.io.stored_in(c, f, n) > 0 || self.any_image_pages(c, f, n));
         if !stored {
             for &run in runs {
                 let (s, l) = (start + run.0 * pg, run.1 * pg);
@@ -387,6 +413,16 @@ impl FaultHandler {
                 return done;
             }
         }
+        // Pages the image holds replace what swap had for them (a stale copy, or nothing).
+        match self.read_image_pages(c, first, buf, |p| !self.chunks.is_page_resident(c, p)) {
+            Ok(b) => done.image_bytes = b,
+            Err(e) => {
+                let (run, e) = PageInError::image(e);
+                done.failed = Some((run, e));
+                self.page_in_options.bounce = Some(bounce);
+                return done;
+            }
+        }
         if let PageInSpan::Chunk { read_ahead: true } = span {
             // Start reading the next chunk now, so the read overlaps this chunk's mapping.
             self.read_ahead(c);
@@ -412,7 +448,9 @@ impl FaultHandler {
         let (start, _) = self.chunk_range(c);
         for &run in runs {
             let (s, l) = (start + run.0 * pg, run.1 * pg);
-            if self.io.stored_in(c, run.0, run.1) > 0 {
+            let stored = self.io.stored_in(c, run.0, run.1) > 0;
+            let image = self.any_image_pages(c, run.0, run.1);
+            if stored || image {
                 // Allocate and map the pages in one call, so the read does not fault them in
                 // one by one.
                 if let Err(e) = self.memory.alias.populate_write(s, l) {
@@ -425,12 +463,25 @@ impl FaultHandler {
                 let buf =
                     unsafe { std::slice::from_raw_parts_mut(self.memory.alias.as_ptr().add(s), l) };
                 let t = Instant::now();
-                let r = self.read_stored(c, run.0, buf);
+                let r = if stored {
+                    self.read_stored(c, run.0, buf)
+                } else {
+                    Ok(0)
+                };
                 add(&self.stats().swap_read_nanos, nanos(t));
                 match r {
+                    Ok(0) => {}
                     Ok(_) => done.bytes_read += l,
                     Err(e) => {
                         done.failed = Some((run, PageInError::Read(e)));
+                        break;
+                    }
+                }
+                match self.read_image_pages(c, run.0, buf, |_| true) {
+                    Ok(b) => done.image_bytes += b,
+                    Err(e) => {
+                        let (run, e) = PageInError::image(e);
+                        done.failed = Some((run, e));
                         break;
                     }
                 }
@@ -461,7 +512,10 @@ impl FaultHandler {
         let Some(offset) = self.fault_offset.take() else {
             return Ok(());
         };
-        if !self.page_in_options.async_page_in || offset < start {
+        if !self.page_in_options.async_page_in
+            || offset < start
+            || self.is_image_page(c, (offset - start) / self.memory.page)
+        {
             return Ok(());
         }
         let in_chunk = offset - start;
@@ -531,8 +585,23 @@ impl FaultHandler {
         let path = self.io.path().to_path_buf();
         let offset = (start + first * pg) as u64;
         // Counted as a read error only if the read failed (a mapping error is not one).
-        let read_failed = matches!(e, PageInError::Read(_));
+        let read_failed = matches!(e, PageInError::Read(_) | PageInError::Image(_));
+        if matches!(e, PageInError::Image(_)) {
+            self.drop_failed_images(c, (first, n));
+        }
         let err = match e {
+            PageInError::Image(ImageReadError {
+                run,
+                image,
+                file_offset,
+                source,
+            }) => PagerError::ImageRead {
+                region,
+                offset: (start + run.0 * pg) as u64,
+                image: image.path().to_path_buf(),
+                file_offset,
+                source,
+            },
             PageInError::Read(ReadError::Io(source)) => PagerError::SwapRead {
                 region,
                 chunk: c as u64,

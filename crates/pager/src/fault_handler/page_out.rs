@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use super::fault_loop::nanos;
 use super::{ChunkState, FaultHandler};
+use crate::crc32c::crc32c;
 use crate::region_stats::{add, sub};
 use crate::swap_file::{is_zero, WriteOutcome};
 
@@ -79,8 +80,16 @@ impl FaultHandler {
         // What each resident page needs: a write, a punch (all zeros), or nothing (unchanged).
         let mut fate = vec![PageFate::Unchanged; self.chunks.pages_in(v)];
         for p in resident.iter().flat_map(|&(f, n)| f..f + n) {
-            let data = self.alias_pages(v, p, 1);
             let mut needs_write = !tracking || self.chunks.is_page_written(v, p);
+            if self.is_image_page(v, p) {
+                let crc = crc32c(self.alias_pages(v, p, 1));
+                if self.drop_as_image_page(v, p, needs_write, crc) {
+                    // The image holds it: dropped without a write.
+                    continue;
+                }
+                needs_write = true;
+            }
+            let data = self.alias_pages(v, p, 1);
             if !needs_write {
                 // Reported clean: a safety net checks it against its swap copy (or zero). A
                 // mismatch means tracking missed a write: counted and written normally.

@@ -1,0 +1,409 @@
+//! The swap mapper and the false-read preventer (seed 004, VSwapper), as the fault handler
+//! carries them out between faults.
+//!
+//! * **False-read preventer** ([`prepare_overwrite`](FaultHandler::prepare_overwrite)): before
+//!   the program reads a file into a range of the region, every page the read covers whole and
+//!   that is not in memory is mapped as a zero page and marked written, instead of being read
+//!   from swap (or the image) only to be overwritten.
+//! * **Swap mapper** ([`associate`](FaultHandler::associate)): after a complete read of an
+//!   image into the region, every page the read covered whole is associated with its image
+//!   block, once it has been checked equal to the block, and write-protected again (its written
+//!   state cleared). Evicting a page still associated writes nothing; its page-in reads the
+//!   block again through memvisor's own descriptor ([`read_image_pages`]), verified against
+//!   the page's checksum at association time: a mismatch (someone changed the image behind
+//!   memvisor's back) poisons the page, never silent wrong data. An association ends when the
+//!   program writes the page (found at eviction through dirty tracking), when the range is
+//!   discarded, and before an interposed write to the image block reaches the file
+//!   ([`image_written`](FaultHandler::image_written)): the page's content is kept first (in
+//!   memory, marked written).
+//!
+//! [`read_image_pages`]: FaultHandler::read_image_pages
+
+use std::io;
+use std::sync::Arc;
+
+use super::access_pattern::PageInSpan;
+use super::image_blocks::ImageBlock;
+use super::page_in::{PageInDone, PageInError};
+use super::{ChunkState, FaultHandler, Fill};
+use crate::crc32c::crc32c;
+use crate::image_file::{FileKey, ImageFile, ReadEpoch};
+use crate::region_config::ResolveMode;
+use crate::region_stats::{add, sub};
+
+/// A failed read of associated pages from their image.
+#[derive(Debug)]
+pub(super) struct ImageReadError {
+    /// First page of the run that failed (index in the chunk) and how many pages it had.
+    pub run: (usize, usize),
+    /// The image.
+    pub image: Arc<ImageFile>,
+    /// Byte offset of the failed read in the image.
+    pub file_offset: u64,
+    /// What went wrong (a short read, an I/O error, or `InvalidData` for a checksum mismatch).
+    pub source: io::Error,
+}
+
+impl FaultHandler {
+    /// Region page index of page `p` of chunk `c`.
+    pub(super) fn region_page(&self, c: usize, p: usize) -> usize {
+        c * self.chunks.pages_per_chunk() + p
+    }
+
+    /// The chunk and the page in it of region page `rp`.
+    fn chunk_page(&self, rp: usize) -> (usize, usize) {
+        let ppc = self.chunks.pages_per_chunk();
+        (rp / ppc, rp % ppc)
+    }
+
+    /// Whether page `p` of chunk `c` is associated with an image block.
+    pub(super) fn is_image_page(&self, c: usize, p: usize) -> bool {
+        self.images.any_in(self.region_page(c, p), 1)
+    }
+
+    /// Whether any of pages `first..first + n` of chunk `c` is associated.
+    pub(super) fn any_image_pages(&self, c: usize, first: usize, n: usize) -> bool {
+        self.images.any_in(self.region_page(c, first), n)
+    }
+
+    /// The pages of `[offset, offset + len)` (region bytes) that the range covers whole.
+    fn covered_pages(&self, offset: usize, len: usize) -> std::ops::Range<usize> {
+        let pg = self.memory.page;
+        let end = (offset + len).min(self.memory.len);
+        offset.div_ceil(pg)..end / pg
+    }
+
+    /// False-read preventer: the pages `[offset, offset + len)` covers whole and that are not
+    /// in memory become resident zero pages, marked written (a read is about to overwrite
+    /// them). Their associations end.
+    pub(super) fn prepare_overwrite(&mut self, offset: usize, len: usize) {
+        let pages = self.covered_pages(offset, len);
+        let ppc = self.chunks.pages_per_chunk();
+        let mut rp = pages.start;
+        while rp < pages.end {
+            let (c, first) = self.chunk_page(rp);
+            let n = (ppc - first).min(pages.end - rp);
+            self.overwrite_in_chunk(c, first, n);
+            rp += n;
+        }
+    }
+
+    /// [`prepare_overwrite`](Self::prepare_overwrite) of pages `first..first + n` of chunk `c`.
+    fn overwrite_in_chunk(&mut self, c: usize, first: usize, n: usize) {
+        self.wait_for_write(c);
+        let missing = |h: &Self| {
+            h.chunks.runs(c, |p| {
+                p >= first
+                    && p < first + n
+                    && !h.chunks.is_page_resident(c, p)
+                    && !h.chunks.is_page_poisoned(c, p)
+                    && !h.chunks.is_page_reading(c, p)
+            })
+        };
+        let incoming: usize = missing(self).iter().map(|r| r.1).sum();
+        if incoming > 0 {
+            self.make_room(incoming);
+            self.wait_for_write(c);
+            let runs = missing(self);
+            let pg = self.memory.page;
+            let start = self.chunk_range(c).0;
+            let mut done = PageInDone::default();
+            for &(f, k) in &runs {
+                // What a read would have brought in (from swap or an image) only to be
+                // overwritten.
+                let avoided = (f..f + k)
+                    .filter(|&p| self.io.stored_in(c, p, 1) > 0 || self.is_image_page(c, p))
+                    .count();
+                let (s, l) = (start + f * pg, k * pg);
+                let mapped = match self.page_in_options.resolve {
+                    ResolveMode::AliasContinue => self
+                        .memory
+                        .memfd
+                        .allocate(s, l)
+                        .and_then(|()| self.fill_wake(s, l, Fill::Continue, true)),
+                    ResolveMode::Copy => self.fill_wake(s, l, Fill::Zero, true),
+                };
+                if let Err(e) = mapped {
+                    // Left to the faults of the read itself (which page them in as usual).
+                    self.memory_error("map zero pages (false-read preventer)", s, l, e);
+                    break;
+                }
+                done.push_mapped((f, k));
+                add(
+                    &self.stats().false_read_bytes_avoided,
+                    (avoided * pg) as u64,
+                );
+            }
+            for &(f, k) in done.mapped_runs() {
+                // Different from any swap copy once the read lands.
+                self.chunks.set_written(c, f, k, true);
+            }
+            self.finish_page_in(c, first, PageInSpan::Chunk { read_ahead: false }, done);
+        }
+        // The read replaces what the resident pages hold: their associations end (a page left
+        // out, its mapping failed, keeps its own).
+        for p in first..first + n {
+            if self.chunks.is_page_resident(c, p) {
+                self.end_image_pages(c, p, 1);
+            }
+        }
+    }
+
+    /// Swap mapper: after a complete read of `len` bytes at byte `file_offset` of `image` into
+    /// region bytes `[offset, offset + len)`, associates each page the read covered whole with
+    /// its block. A page is associated only if it is in memory (not being written), equal to
+    /// the block the image holds now, and no write to the image started since `epoch`. Needs
+    /// dirty tracking (to see the program's later writes to the page).
+    pub(super) fn associate(
+        &mut self,
+        offset: usize,
+        len: usize,
+        image: &Arc<ImageFile>,
+        file_offset: u64,
+        epoch: ReadEpoch,
+    ) {
+        let pages = self.covered_pages(offset, len);
+        if pages.is_empty() {
+            return;
+        }
+        if self.pagemap.is_none() || !image.unchanged_since(epoch) {
+            add(&self.stats().image_associations_refused, pages.len() as u64);
+            return;
+        }
+        let pg = self.memory.page;
+        let ppc = self.chunks.pages_per_chunk();
+        let index = self.images.image_index(image);
+        let mut rp = pages.start;
+        while rp < pages.end {
+            let (c, first) = self.chunk_page(rp);
+            let n = (ppc - first).min(pages.end - rp);
+            let block_of = |p: usize| file_offset + ((c * ppc + p) * pg - offset) as u64;
+            if !self.chunks.is(c, ChunkState::In) {
+                // Being written (entries dropped, written state harvested): leave it.
+                add(&self.stats().image_associations_refused, n as u64);
+                rp += n;
+                continue;
+            }
+            let runs = self.chunks.runs(c, |p| {
+                p >= first && p < first + n && self.chunks.is_page_resident(c, p)
+            });
+            let start = self.chunk_range(c).0;
+            for (f, k) in runs {
+                let (s, l) = (start + f * pg, k * pg);
+                // Write-protect first: a write landing after this shows at eviction.
+                let wp = match &self.pagemap {
+                    Some(pm) => pm.take_written(self.memory.base + s, l, true),
+                    None => Err(io::Error::other("no dirty tracking")),
+                };
+                if let Err(e) = wp {
+                    self.memory_error("PAGEMAP_SCAN (write-protect image pages)", s, l, e);
+                    continue;
+                }
+                let mut block = vec![0u8; l];
+                let read = image.read_exact_at(&mut block, block_of(f));
+                for p in f..f + k {
+                    // SAFETY: the alias mapping covers the region and page `p` of chunk `c`
+                    // is resident (the memfd holds it); the program may write it meanwhile
+                    // (it is write-protected now, so that write shows at eviction): bytes are
+                    // only compared and checksummed.
+                    let page = unsafe {
+                        std::slice::from_raw_parts(
+                            self.memory.alias.as_ptr().add(start + p * pg),
+                            pg,
+                        )
+                    };
+                    let want = &block[(p - f) * pg..(p - f + 1) * pg];
+                    if read.is_err() || page != want {
+                        // Not a copy of the block (a racing write, an image changed behind
+                        // memvisor): keep it as written.
+                        self.chunks.set_written(c, p, 1, true);
+                        add(&self.stats().image_associations_refused, 1);
+                        continue;
+                    }
+                    let rp = self.region_page(c, p);
+                    if self.images.get(rp).is_none() {
+                        add(&self.stats().image_pages, 1);
+                    }
+                    self.images.insert(
+                        rp,
+                        ImageBlock {
+                            image: index,
+                            offset: block_of(p),
+                            crc: crc32c(want),
+                            counted: false,
+                        },
+                    );
+                    self.chunks.set_written(c, p, 1, false);
+                }
+            }
+            rp += n;
+        }
+    }
+
+    /// Before a write to bytes `[from, to)` of the image `key` reaches the file: ends the
+    /// associations of the blocks it overlaps, keeping each page's content. A resident page
+    /// stays, marked written; a page out of memory is read back from the image first (it
+    /// still holds the old block), verified, and marked written.
+    pub(super) fn image_written(&mut self, key: FileKey, from: u64, to: u64) {
+        let Some(index) = self.images.find(key) else {
+            return;
+        };
+        let pg = self.memory.page;
+        for rp in self.images.pages_overlapping(index, from, to, pg as u64) {
+            let (c, p) = self.chunk_page(rp);
+            self.wait_for_write(c);
+            if !self.chunks.is_page_resident(c, p) {
+                // Bring the old block in before it changes (page-in reads it and checks it).
+                self.page_in(c, p, PageInSpan::Page);
+                self.wait_for_write(c);
+            }
+            if self.images.remove(rp).is_some() {
+                sub(&self.stats().image_pages, 1);
+                add(&self.stats().image_associations_ended_by_image, 1);
+            }
+            if self.chunks.is_page_resident(c, p) {
+                self.chunks.set_written(c, p, 1, true);
+            }
+        }
+    }
+
+    /// Page-in: fills, in `buf` (pages `first..` of chunk `c`, `buf.len()` bytes), every page
+    /// that `want` selects and that is associated with an image block, from the image
+    /// (adjacent blocks in one read), each checked against its checksum. Returns how many
+    /// bytes were read.
+    pub(super) fn read_image_pages(
+        &self,
+        c: usize,
+        first: usize,
+        buf: &mut [u8],
+        want: impl Fn(usize) -> bool,
+    ) -> Result<usize, ImageReadError> {
+        let pg = self.memory.page;
+        let n = buf.len() / pg;
+        if !self.any_image_pages(c, first, n) {
+            return Ok(0);
+        }
+        // Runs of pages whose blocks are adjacent in one image.
+        let mut runs: Vec<(usize, usize, ImageBlock)> = Vec::new();
+        for p in first..first + n {
+            if !want(p) {
+                continue;
+            }
+            let Some(b) = self.images.get(self.region_page(c, p)) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some((f, k, b0))
+                    if *f + *k == p
+                        && b0.image == b.image
+                        && b0.offset + (*k * pg) as u64 == b.offset =>
+                {
+                    *k += 1
+                }
+                _ => runs.push((p, 1, b)),
+            }
+        }
+        let mut bytes = 0;
+        for (f, k, b0) in runs {
+            let Some(image) = self.images.image(b0.image).cloned() else {
+                continue;
+            };
+            let dst = &mut buf[(f - first) * pg..(f - first + k) * pg];
+            let fail = |source: io::Error, at: u64| ImageReadError {
+                run: (f, k),
+                image: image.clone(),
+                file_offset: at,
+                source,
+            };
+            image
+                .read_exact_at(dst, b0.offset)
+                .map_err(|e| fail(e, b0.offset))?;
+            for p in f..f + k {
+                let rp = self.region_page(c, p);
+                let Some(b) = self.images.get(rp) else {
+                    continue;
+                };
+                let actual = crc32c(&dst[(p - f) * pg..(p - f + 1) * pg]);
+                if actual != b.crc {
+                    return Err(fail(
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "image block changed outside memvisor: checksum {:#010x}, \
+                                 expected {:#010x}",
+                                actual, b.crc
+                            ),
+                        ),
+                        b.offset,
+                    ));
+                }
+            }
+            bytes += k * pg;
+        }
+        add(&self.stats().image_read_bytes, bytes as u64);
+        Ok(bytes)
+    }
+
+    /// A page-in from the image failed for run `run` of chunk `c`: the run's associations end
+    /// (its pages are poisoned by the caller).
+    pub(super) fn drop_failed_images(&mut self, c: usize, (first, n): (usize, usize)) {
+        let ended = self.images.remove_range(self.region_page(c, first), n);
+        sub(&self.stats().image_pages, ended as u64);
+    }
+
+    /// Eviction of resident page `p` of chunk `c` (`crc`, its bytes' checksum), found written
+    /// (`written`) or not: whether it can be dropped because the image holds it (still
+    /// associated and unchanged). A written page's association ends; so does one whose bytes
+    /// no longer match (a write dirty tracking missed: counted).
+    pub(super) fn drop_as_image_page(
+        &mut self,
+        c: usize,
+        p: usize,
+        written: bool,
+        crc: u32,
+    ) -> bool {
+        let rp = self.region_page(c, p);
+        let Some(b) = self.images.get(rp) else {
+            return false;
+        };
+        if !written && crc == b.crc {
+            if !b.counted {
+                // The read made it differ from swap: without the mapper this was a write.
+                add(
+                    &self.stats().swap_write_bytes_avoided,
+                    self.memory.page as u64,
+                );
+                self.images.insert(rp, ImageBlock { counted: true, ..b });
+            }
+            return true;
+        }
+        if !written {
+            add(&self.stats().dirty_tracking_misses, 1);
+        }
+        self.images.remove(rp);
+        sub(&self.stats().image_pages, 1);
+        add(&self.stats().image_associations_ended_by_guest, 1);
+        false
+    }
+
+    /// Ends the associations of pages `first..first + n` of chunk `c` (a discard, a read
+    /// about to overwrite them). A resident page among them is marked written: what it holds
+    /// is not what swap holds for it (a stale copy, or nothing).
+    pub(super) fn end_image_pages(&mut self, c: usize, first: usize, n: usize) {
+        for p in first..first + n {
+            if self.images.remove(self.region_page(c, p)).is_some() {
+                sub(&self.stats().image_pages, 1);
+                if self.chunks.is_page_resident(c, p) {
+                    self.chunks.set_written(c, p, 1, true);
+                }
+            }
+        }
+    }
+}
+
+impl PageInError {
+    /// The run of pages an image read failed for.
+    pub(super) fn image(e: ImageReadError) -> ((usize, usize), Self) {
+        (e.run, PageInError::Image(e))
+    }
+}

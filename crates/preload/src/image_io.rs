@@ -1,0 +1,290 @@
+//! The program's file I/O as the swap mapper and the false-read preventer (VSwapper, seed
+//! 004) see it: reads of a regular file straight into a fixed region (QEMU's guest RAM: its
+//! worker threads `pread`/`preadv` disk images into guest memory), writes and other changes to
+//! a file such reads came from, and hole punches in the guest-RAM memfd (virtio-balloon, free
+//! page reporting).
+//!
+//! * A read into guest RAM ([`read`]): before it, the pages it covers whole are made resident
+//!   zero pages (no swap read for data about to be overwritten); after a complete read, those
+//!   pages are associated with their image blocks (a page-out then writes nothing, a page-in
+//!   reads the block again). A short or failed read makes no association. The file is an
+//!   *image* from then on, known by device and inode, read again through memvisor's own
+//!   descriptor.
+//! * A change to an image ([`write`]: `pwrite`, `pwritev`, `fallocate` that punches or
+//!   shifts, `ftruncate`, `copy_file_range` into it): before it reaches the file, every page
+//!   associated with a block it touches keeps its content on its own (read back into memory
+//!   if it was out); reads that overlap the change make no association.
+//! * A punch in the guest-RAM memfd ([`discard_guest_ram`]): the pages are discarded through
+//!   the pager (dropped from memory and swap, zero when touched again), never punched behind
+//!   its back.
+//!
+//! Not seen: `aio=native` (`io_submit`) and `aio=io_uring` requests, which the kernel completes
+//! without a library call, and plain `write`/`writev` at the file position. Their reads into
+//! guest RAM are paged in as usual (no association is made), and a write that changes an
+//! associated block without being seen is caught by the block's checksum at its next page-in
+//! (SIGBUS, never wrong data).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use libc::c_int;
+use memvisor_pager::{FileKey, ImageFile};
+
+use crate::managed_process::{self as mp, ACTIVE, SWAP_MAPPER};
+use crate::raw_calls::set_errno;
+use crate::shim_guard::{is_pager_thread, ShimGuard};
+
+/// Files read into guest RAM so far.
+static IMAGES: Mutex<Vec<Arc<ImageFile>>> = Mutex::new(Vec::new());
+/// Whether `IMAGES` holds any (lock-free check for every write of the program).
+static ANY_IMAGE: AtomicBool = AtomicBool::new(false);
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Device and inode of `fd` if it is a regular file.
+fn regular_file_key(fd: c_int) -> Option<FileKey> {
+    // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `struct stat` into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    Some(FileKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+fn images() -> std::sync::MutexGuard<'static, Vec<Arc<ImageFile>>> {
+    IMAGES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The image `fd` reads, opened on first use; `None` if it is not a regular file.
+fn image_for_read(fd: c_int) -> Option<Arc<ImageFile>> {
+    let key = regular_file_key(fd)?;
+    let mut list = images();
+    if let Some(i) = list.iter().find(|i| i.key() == key) {
+        return Some(i.clone());
+    }
+    let image = Arc::new(ImageFile::open_fd(fd).ok()?);
+    if image.key() != key {
+        return None; // the descriptor changed meanwhile
+    }
+    list.push(image.clone());
+    ANY_IMAGE.store(true, Ordering::Release);
+    Some(image)
+}
+
+/// The image `fd` refers to, if it is one already.
+fn known_image(fd: c_int) -> Option<Arc<ImageFile>> {
+    if !ANY_IMAGE.load(Ordering::Acquire) {
+        return None;
+    }
+    let key = regular_file_key(fd)?;
+    images().iter().find(|i| i.key() == key).cloned()
+}
+
+/// Whether the program's I/O is looked at: the library manages this process, the mapper is on,
+/// and this is not one of the pager's own threads.
+fn watching() -> bool {
+    ACTIVE.load(Ordering::Acquire) && SWAP_MAPPER.load(Ordering::Acquire) && !is_pager_thread()
+}
+
+/// Part of a read's buffers inside fixed region `slot`: `len` bytes at address `addr`, at
+/// byte `at` of the read.
+struct Piece {
+    slot: usize,
+    addr: usize,
+    len: usize,
+    at: usize,
+}
+
+/// A positional read of `fd` at `offset` into the buffers `iov` (`(address, length)`), done
+/// by `real` (which returns what the system call returns and sets `errno`).
+pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() -> isize) -> isize {
+    if offset < 0 || !mp::has_fixed() || !watching() {
+        return real();
+    }
+    let Some(_guard) = ShimGuard::enter() else {
+        return real();
+    };
+    let mut pieces = Vec::new();
+    let mut total = 0usize;
+    for &(base, len) in iov {
+        let (over, n) = mp::managed_overlaps(base, len);
+        for &(s, l, owner) in &over[..n] {
+            if let Some(slot) = owner {
+                pieces.push(Piece {
+                    slot,
+                    addr: s,
+                    len: l,
+                    at: total + (s - base),
+                });
+            }
+        }
+        total = total.saturating_add(len);
+    }
+    if pieces.is_empty() {
+        return real();
+    }
+    let Some(image) = image_for_read(fd) else {
+        return real();
+    };
+    let epoch = image.read_epoch();
+    for p in &pieces {
+        // A failure leaves the pages to the read's own faults: nothing is lost.
+        let _ = mp::with_fixed(p.slot, |r, start| {
+            r.prepare_overwrite(p.addr - start, p.len)
+        });
+    }
+    let n = real();
+    let saved = errno();
+    if n >= 0 && n as usize == total {
+        if let Some(epoch) = epoch {
+            for p in &pieces {
+                let _ = mp::with_fixed(p.slot, |r, start| {
+                    r.associate(
+                        p.addr - start,
+                        p.len,
+                        &image,
+                        offset as u64 + p.at as u64,
+                        epoch,
+                    )
+                });
+            }
+        }
+    }
+    set_errno(saved);
+    n
+}
+
+/// A change to bytes `[from, to)` of the file `fd` (`to` = `u64::MAX`: to its end), done by
+/// `real`. If `fd` is an image, the pages associated with the blocks it touches keep their
+/// content first, and reads overlapping it make no association.
+pub fn write<R>(fd: c_int, from: u64, to: u64, real: impl FnOnce() -> R) -> R {
+    if !watching() || from >= to {
+        return real();
+    }
+    let Some(_guard) = ShimGuard::enter() else {
+        return real();
+    };
+    let Some(image) = known_image(fd) else {
+        return real();
+    };
+    image.begin_write();
+    let key = image.key();
+    mp::for_each_fixed(|r| {
+        if let Err(e) = r.image_written(key, from, to) {
+            eprintln!("memvisor-preload: {e}");
+        }
+    });
+    let r = real();
+    let saved = errno();
+    image.end_write();
+    set_errno(saved);
+    r
+}
+
+/// The bytes `[from, to)` an `fallocate` of `mode` changes (`None`: it allocates only).
+pub fn fallocate_changes(mode: c_int, off: i64, len: i64) -> Option<(u64, u64)> {
+    const KEEP_SIZE: c_int = 0x01;
+    const PUNCH_HOLE: c_int = 0x02;
+    const ZERO_RANGE: c_int = 0x10;
+    const UNSHARE_RANGE: c_int = 0x40;
+    const WRITE_ZEROES: c_int = 0x80;
+    let (off, len) = (off.max(0) as u64, len.max(0) as u64);
+    if mode & !(KEEP_SIZE | UNSHARE_RANGE) == 0 {
+        return None;
+    }
+    if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE | WRITE_ZEROES) == 0 {
+        return Some((off, off.saturating_add(len)));
+    }
+    // Collapse, insert, or unknown: everything from `off` on may move.
+    Some((off, u64::MAX))
+}
+
+/// `fallocate(fd, mode, off, len)` where `fd` may be the guest-RAM memfd of a fixed region: a
+/// hole punched in it (virtio-balloon, free page reporting) is a discard of those pages
+/// through the pager. `None`: `fd` is no region's memfd (the caller goes on).
+pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c_int> {
+    const PUNCH_HOLE: c_int = 0x02;
+    if mode & PUNCH_HOLE == 0
+        || !ACTIVE.load(Ordering::Acquire)
+        || !mp::has_fixed()
+        || is_pager_thread()
+    {
+        // The pager punches its own memfds (eviction): never a discard.
+        return None;
+    }
+    let _guard = ShimGuard::enter()?;
+    let key = regular_or_memfd_key(fd)?;
+    let page = memvisor_pager::page_size() as i64;
+    let answer = mp::with_fixed_memfd(key, |r| {
+        if off < 0
+            || len <= 0
+            || off
+                .checked_add(len)
+                .is_none_or(|e| e as u64 > r.len() as u64)
+        {
+            return Err(libc::EINVAL);
+        }
+        // Whole pages are discarded; the bytes of a partly covered page at either end are
+        // zeroed through the mapping (so the pager sees the write).
+        let first = (off + page - 1) / page * page;
+        let end = (off + len) / page * page;
+        if end > first {
+            r.discard(first as usize, (end - first) as usize)
+                .map_err(|e| {
+                    eprintln!("memvisor-preload: {e}");
+                    libc::EIO
+                })?;
+        }
+        for (s, e) in [(off, first.min(off + len)), (end.max(first), off + len)] {
+            if e > s {
+                // SAFETY: `[s, e)` lies inside the live region (checked above); a punched
+                // range's bytes are the program's to change.
+                unsafe { std::ptr::write_bytes(r.as_ptr().add(s as usize), 0, (e - s) as usize) };
+            }
+        }
+        Ok(())
+    });
+    answer.map(|r| match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Device and inode of `fd` (any file: a memfd is not a "regular file" for every purpose).
+fn regular_or_memfd_key(fd: c_int) -> Option<FileKey> {
+    // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `struct stat` into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some(FileKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallocate_modes_that_change_bytes() {
+        assert_eq!(fallocate_changes(0, 0, 4096), None);
+        assert_eq!(fallocate_changes(0x01, 0, 4096), None);
+        assert_eq!(fallocate_changes(0x03, 4096, 8192), Some((4096, 12288)));
+        assert_eq!(fallocate_changes(0x10, 0, 4096), Some((0, 4096)));
+        assert_eq!(fallocate_changes(0x08, 4096, 4096), Some((4096, u64::MAX)));
+        assert_eq!(fallocate_changes(0x20, 0, 4096), Some((0, u64::MAX)));
+        assert_eq!(fallocate_changes(0x400, 0, 4096), Some((0, u64::MAX)));
+    }
+}
