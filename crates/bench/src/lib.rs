@@ -56,6 +56,7 @@ pub mod scrub_eval_report;
 pub mod scrub_eval_run;
 pub mod summary;
 pub mod variant;
+pub mod vswapper_eval;
 pub mod workload_memory;
 pub mod workload_report;
 pub mod workload_run;

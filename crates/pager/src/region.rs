@@ -328,10 +328,14 @@ impl Region {
 
     /// Swap mapper (VSwapper): a complete read of `len` bytes at byte `file_offset` of
     /// `image`, started when `epoch` was taken ([`ImageFile::read_epoch`]), landed in
-    /// `[offset, offset + len)`. Each page it covered whole, still equal to its image block,
-    /// is associated with the block: its eviction writes nothing and its page-in reads the
-    /// block again (verified by checksum). Pages of a read that overlapped a write to the image
-    /// are not associated.
+    /// `[offset, offset + len)`. Each page it covered whole, in memory,
+    /// is associated with the block: its eviction writes nothing (once the page was found
+    /// equal to the block, at its first eviction) and its page-in reads the block again
+    /// (verified by checksum). Pages of a read that overlapped a write to the image are not
+    /// associated. The request is posted without waiting for the handler ([`barrier`] waits);
+    /// it is dropped if too many are waiting.
+    ///
+    /// [`barrier`]: Self::barrier
     pub fn associate(
         &self,
         offset: usize,
@@ -344,16 +348,24 @@ impl Region {
         if len == 0 {
             return Ok(());
         }
-        self.shared.commands.submit(
-            self.name(),
-            RegionCommand::Associate {
-                offset,
-                len,
-                image: image.clone(),
-                file_offset,
-                epoch,
-            },
-        )
+        // Posted, not waited for: the caller (QEMU's I/O thread) goes on at once; an
+        // association made late is still checked against the image before it saves a write.
+        self.shared.commands.post(RegionCommand::Associate {
+            offset,
+            len,
+            image: image.clone(),
+            file_offset,
+            epoch,
+        });
+        Ok(())
+    }
+
+    /// Returns once every request posted to the handler before (associations) is carried
+    /// out.
+    pub fn barrier(&self) -> Result<(), PagerError> {
+        self.shared
+            .commands
+            .submit(self.name(), RegionCommand::Barrier)
     }
 
     /// Swap mapper: bytes `[from, to)` of the image `image` are about to change (a write, a

@@ -41,7 +41,13 @@ pub(crate) enum RegionCommand {
     },
     /// Bytes `[from, to)` of the image `image` are about to be written (or discarded).
     ImageWritten { image: FileKey, from: u64, to: u64 },
+    /// Nothing: answered once every command posted before it was carried out.
+    Barrier,
 }
+
+/// Most posted commands waiting at once; more are dropped (only associations are posted, and
+/// a dropped one only means a page is not associated).
+const MAX_POSTED: usize = 4096;
 
 /// The slot one command and its answer pass through.
 #[derive(Debug, Default)]
@@ -57,6 +63,8 @@ struct Slot {
 pub(crate) struct CommandQueue {
     /// Held by a caller from submitting until it has its answer: one command in flight.
     turn: Mutex<()>,
+    /// Commands posted without waiting for an answer, carried out in order before the slot's.
+    posted: Mutex<std::collections::VecDeque<RegionCommand>>,
     slot: Mutex<Slot>,
     answered: Condvar,
     pub wake: EventFd,
@@ -66,6 +74,7 @@ impl CommandQueue {
     pub fn new(wake: EventFd) -> Self {
         Self {
             turn: Mutex::new(()),
+            posted: Mutex::new(std::collections::VecDeque::new()),
             slot: Mutex::new(Slot::default()),
             answered: Condvar::new(),
             wake,
@@ -101,11 +110,35 @@ impl CommandQueue {
         }
     }
 
-    /// Takes the pending command, if any (the handler answers it with [`answer`]).
+    /// Hands `cmd` to the handler without waiting: it is carried out before the next
+    /// submitted command. `false` if the handler is gone or too many are waiting (dropped).
+    /// Allocates (the queue grows): not for callers inside the program's allocator.
+    pub fn post(&self, cmd: RegionCommand) -> bool {
+        if self.slot.lock().map(|s| s.closed).unwrap_or(true) {
+            return false;
+        }
+        let Ok(mut q) = self.posted.lock() else {
+            return false;
+        };
+        if q.len() >= MAX_POSTED {
+            return false;
+        }
+        q.push_back(cmd);
+        drop(q);
+        self.wake.signal();
+        true
+    }
+
+    /// Takes the next posted command, if any (no answer is expected).
+    pub fn take_posted(&self) -> Option<RegionCommand> {
+        self.posted.lock().ok()?.pop_front()
+    }
+
+    /// Takes the pending command, if any (the handler answers it with [`answer`]). The handler
+    /// clears the wake-up eventfd before it looks for commands, so none is missed.
     ///
     /// [`answer`]: Self::answer
     pub fn take(&self) -> Option<RegionCommand> {
-        self.wake.clear();
         self.slot.lock().ok()?.command.take()
     }
 
@@ -123,6 +156,9 @@ impl CommandQueue {
             slot.closed = true;
             slot.command = None;
             self.answered.notify_all();
+        }
+        if let Ok(mut q) = self.posted.lock() {
+            q.clear();
         }
     }
 

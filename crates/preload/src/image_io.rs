@@ -134,6 +134,9 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     };
     let epoch = image.read_epoch();
     for p in &pieces {
+        if all_in_memory(p.addr, p.len) {
+            continue; // nothing a read could be spared
+        }
         // A failure leaves the pages to the read's own faults: nothing is lost.
         let _ = mp::with_fixed(p.slot, |r, start| {
             r.prepare_overwrite(p.addr - start, p.len)
@@ -158,6 +161,22 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     }
     set_errno(saved);
     n
+}
+
+/// Whether every page `[addr, addr + len)` covers whole is in memory (`mincore`: the region's
+/// memfd holds exactly its resident pages), so the false-read preventer has nothing to do and
+/// the handler need not be asked.
+fn all_in_memory(addr: usize, len: usize) -> bool {
+    let page = memvisor_pager::page_size();
+    let (first, end) = (addr.next_multiple_of(page), (addr + len) / page * page);
+    if end <= first {
+        return true;
+    }
+    let mut vec = vec![0u8; (end - first) / page];
+    // SAFETY: `[first, end)` is page-aligned and lies in a fixed region's mapping; mincore
+    // writes one byte per page into `vec`, which is that long.
+    let r = unsafe { libc::mincore(first as *mut libc::c_void, end - first, vec.as_mut_ptr()) };
+    r == 0 && vec.iter().all(|&v| v & 1 != 0)
 }
 
 /// A change to bytes `[from, to)` of the file `fd` (`to` = `u64::MAX`: to its end), done by

@@ -13,8 +13,26 @@ use crate::region_stats::{add, sub};
 impl FaultHandler {
     /// Carries out every queued command and answers each caller.
     pub(super) fn run_commands(&mut self) {
-        while let Some(cmd) = self.shared.commands.take() {
-            let r = match cmd {
+        loop {
+            // Cleared before looking, so a command that arrives meanwhile wakes the next poll.
+            self.shared.commands.wake.clear();
+            // Posted commands first (in order), then the submitted one: a caller that submits
+            // after posting finds its posts carried out.
+            while let Some(cmd) = self.shared.commands.take_posted() {
+                let _ = self.run_command(cmd);
+            }
+            let Some(cmd) = self.shared.commands.take() else {
+                break;
+            };
+            let r = self.run_command(cmd);
+            self.shared.commands.answer(r);
+        }
+    }
+
+    /// Carries out one command.
+    fn run_command(&mut self, cmd: RegionCommand) -> Result<(), PagerError> {
+        {
+            match cmd {
                 RegionCommand::SetBudget(chunks) => {
                     let spec = self.policy_spec.clone();
                     self.rebuild_policy(spec, chunks)
@@ -45,8 +63,8 @@ impl FaultHandler {
                     self.image_written(image, from, to);
                     Ok(())
                 }
-            };
-            self.shared.commands.answer(r);
+                RegionCommand::Barrier => Ok(()),
+            }
         }
     }
 

@@ -14,10 +14,11 @@ pub(crate) struct ImageBlock {
     pub image: u32,
     /// Byte offset of the block in the image.
     pub offset: u64,
-    /// CRC32C of the page when the association was made: a re-read must match it.
+    /// CRC32C of the page, set at its first eviction (once it was found equal to the block):
+    /// a re-read must match it.
     pub crc: u32,
-    /// Its first eviction without a write was counted (as a swap write avoided).
-    pub counted: bool,
+    /// Whether the page was compared with its block (at its first eviction) and `crc` set.
+    pub checked: bool,
 }
 
 /// The associations of one region.
@@ -147,7 +148,7 @@ mod tests {
             image,
             offset,
             crc: 0,
-            counted: false,
+            checked: false,
         }
     }
 

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use super::fault_loop::nanos;
 use super::{ChunkState, FaultHandler};
-use crate::crc32c::crc32c;
 use crate::region_stats::{add, sub};
 use crate::swap_file::{is_zero, WriteOutcome};
 
@@ -82,8 +81,7 @@ impl FaultHandler {
         for p in resident.iter().flat_map(|&(f, n)| f..f + n) {
             let mut needs_write = !tracking || self.chunks.is_page_written(v, p);
             if self.is_image_page(v, p) {
-                let crc = crc32c(self.alias_pages(v, p, 1));
-                if self.drop_as_image_page(v, p, needs_write, crc) {
+                if self.drop_as_image_page(v, p, needs_write) {
                     // The image holds it: dropped without a write.
                     continue;
                 }

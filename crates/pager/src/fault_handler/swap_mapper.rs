@@ -151,9 +151,12 @@ impl FaultHandler {
 
     /// Swap mapper: after a complete read of `len` bytes at byte `file_offset` of `image` into
     /// region bytes `[offset, offset + len)`, associates each page the read covered whole with
-    /// its block. A page is associated only if it is in memory (not being written), equal to
-    /// the block the image holds now, and no write to the image started since `epoch`. Needs
-    /// dirty tracking (to see the program's later writes to the page).
+    /// its block. A page is associated only if it is in memory (its chunk not being written)
+    /// and no write to the image started since `epoch`. Nothing is checked or write-protected
+    /// here (that cost every read a TLB shootdown of the program's threads, about 20% of a
+    /// TCG guest's disk-read time): whether the page still equals its block is checked at its
+    /// first eviction, against the image; from its first page-in on it is mapped
+    /// write-protected like every page, and dirty tracking tells. Needs dirty tracking.
     pub(super) fn associate(
         &mut self,
         offset: usize,
@@ -187,39 +190,8 @@ impl FaultHandler {
             let runs = self.chunks.runs(c, |p| {
                 p >= first && p < first + n && self.chunks.is_page_resident(c, p)
             });
-            let start = self.chunk_range(c).0;
             for (f, k) in runs {
-                let (s, l) = (start + f * pg, k * pg);
-                // Write-protect first: a write landing after this shows at eviction.
-                let wp = match &self.pagemap {
-                    Some(pm) => pm.take_written(self.memory.base + s, l, true),
-                    None => Err(io::Error::other("no dirty tracking")),
-                };
-                if let Err(e) = wp {
-                    self.memory_error("PAGEMAP_SCAN (write-protect image pages)", s, l, e);
-                    continue;
-                }
-                let mut block = vec![0u8; l];
-                let read = image.read_exact_at(&mut block, block_of(f));
                 for p in f..f + k {
-                    // SAFETY: the alias mapping covers the region and page `p` of chunk `c`
-                    // is resident (the memfd holds it); the program may write it meanwhile
-                    // (it is write-protected now, so that write shows at eviction): bytes are
-                    // only compared and checksummed.
-                    let page = unsafe {
-                        std::slice::from_raw_parts(
-                            self.memory.alias.as_ptr().add(start + p * pg),
-                            pg,
-                        )
-                    };
-                    let want = &block[(p - f) * pg..(p - f + 1) * pg];
-                    if read.is_err() || page != want {
-                        // Not a copy of the block (a racing write, an image changed behind
-                        // memvisor): keep it as written.
-                        self.chunks.set_written(c, p, 1, true);
-                        add(&self.stats().image_associations_refused, 1);
-                        continue;
-                    }
                     let rp = self.region_page(c, p);
                     if self.images.get(rp).is_none() {
                         add(&self.stats().image_pages, 1);
@@ -229,11 +201,10 @@ impl FaultHandler {
                         ImageBlock {
                             image: index,
                             offset: block_of(p),
-                            crc: crc32c(want),
-                            counted: false,
+                            crc: 0,
+                            checked: false,
                         },
                     );
-                    self.chunks.set_written(c, p, 1, false);
                 }
             }
             rp += n;
@@ -324,7 +295,9 @@ impl FaultHandler {
                     continue;
                 };
                 let actual = crc32c(&dst[(p - f) * pg..(p - f + 1) * pg]);
-                if actual != b.crc {
+                // A page out of memory was checked at its eviction (its checksum is set).
+                debug_assert!(b.checked, "page {rp} left memory unchecked");
+                if b.checked && actual != b.crc {
                     return Err(fail(
                         io::Error::new(
                             io::ErrorKind::InvalidData,
@@ -351,34 +324,53 @@ impl FaultHandler {
         sub(&self.stats().image_pages, ended as u64);
     }
 
-    /// Eviction of resident page `p` of chunk `c` (`crc`, its bytes' checksum), found written
-    /// (`written`) or not: whether it can be dropped because the image holds it (still
-    /// associated and unchanged). A written page's association ends; so does one whose bytes
-    /// no longer match (a write dirty tracking missed: counted).
-    pub(super) fn drop_as_image_page(
-        &mut self,
-        c: usize,
-        p: usize,
-        written: bool,
-        crc: u32,
-    ) -> bool {
+    /// Eviction of resident page `p` of chunk `c` (its registered entries dropped), found
+    /// written (`written`) or not: whether it can be dropped because the image holds it. At
+    /// its first eviction an associated page is compared with its block, read from the image
+    /// (nothing tracked its writes since the read); its checksum is kept then. Later, paged in
+    /// from the image and mapped write-protected, it is dropped if dirty tracking saw no write
+    /// and its checksum still matches. A page that differs loses its association (a difference
+    /// dirty tracking should have seen is counted).
+    pub(super) fn drop_as_image_page(&mut self, c: usize, p: usize, written: bool) -> bool {
         let rp = self.region_page(c, p);
         let Some(b) = self.images.get(rp) else {
             return false;
         };
-        if !written && crc == b.crc {
-            if !b.counted {
+        let pg = self.memory.page;
+        let at = self.chunk_range(c).0 + p * pg;
+        // SAFETY: the alias mapping covers the region and page `p` of chunk `c` is resident;
+        // its registered entries are dropped, so nobody writes it while it is read here.
+        let data = unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(at), pg) };
+        let same = if b.checked {
+            // Mapped write-protected since its page-in from the image: dirty tracking tells.
+            let same = !written && crc32c(data) == b.crc;
+            if !written && !same {
+                add(&self.stats().dirty_tracking_misses, 1);
+            }
+            same
+        } else {
+            // Not tracked since the read: compare with the block itself.
+            let mut block = vec![0u8; pg];
+            self.images
+                .image(b.image)
+                .is_some_and(|i| i.read_exact_at(&mut block, b.offset).is_ok())
+                && block == data
+        };
+        if same {
+            if !b.checked {
                 // The read made it differ from swap: without the mapper this was a write.
-                add(
-                    &self.stats().swap_write_bytes_avoided,
-                    self.memory.page as u64,
+                add(&self.stats().swap_write_bytes_avoided, pg as u64);
+                let crc = crc32c(data);
+                self.images.insert(
+                    rp,
+                    ImageBlock {
+                        crc,
+                        checked: true,
+                        ..b
+                    },
                 );
-                self.images.insert(rp, ImageBlock { counted: true, ..b });
             }
             return true;
-        }
-        if !written {
-            add(&self.stats().dirty_tracking_misses, 1);
         }
         self.images.remove(rp);
         sub(&self.stats().image_pages, 1);
