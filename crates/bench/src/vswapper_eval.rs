@@ -12,6 +12,9 @@
 //!   workload, as seed 004's pbzip2 runs);
 //! * `small-ram`: a guest with less RAM than its disk reads it twice (its page cache recycles
 //!   pages, so reads overwrite pages that were paged out: false reads);
+//! * `small-ram-noinit`: the same with `init_on_alloc=0` on the guest kernel's command line
+//!   (Debian's kernel zeroes every page it allocates, a CPU write that pages a recycled page in
+//!   before the disk read can overwrite it: the false reads the preventer cannot see);
 //! * `no-disk`: a memory workload only (the mapper must cost nothing there).
 
 use std::fmt::Write as _;
@@ -47,10 +50,12 @@ pub struct EvalCase {
     pub disk_mib: u64,
     /// The guest workload command line.
     pub workload: String,
+    /// Extra guest kernel command-line words.
+    pub kernel_args: Vec<&'static str>,
 }
 
 impl EvalCase {
-    /// The four cases at full size (1 GiB guests, 512 MiB disks) or `quick` (small).
+    /// The cases at full size (1 GiB guests, 512 MiB disks) or `quick` (small).
     pub fn all(quick: bool) -> Vec<EvalCase> {
         let (ram, disk, mem) = if quick {
             (512, 256, 192)
@@ -64,6 +69,7 @@ impl EvalCase {
                 guest_mib: ram,
                 disk_mib: disk,
                 workload: format!("{}; {}", pass(disk), pass(disk)),
+                kernel_args: Vec::new(),
             },
             EvalCase {
                 name: "mixed",
@@ -74,18 +80,28 @@ impl EvalCase {
                     pass(disk),
                     pass(disk)
                 ),
+                kernel_args: Vec::new(),
             },
             EvalCase {
                 name: "small-ram",
                 guest_mib: ram / 4,
                 disk_mib: disk,
                 workload: format!("{}; {}", pass(disk), pass(disk)),
+                kernel_args: Vec::new(),
+            },
+            EvalCase {
+                name: "small-ram-noinit",
+                guest_mib: ram / 4,
+                disk_mib: disk,
+                workload: format!("{}; {}", pass(disk), pass(disk)),
+                kernel_args: vec!["init_on_alloc=0"],
             },
             EvalCase {
                 name: "no-disk",
                 guest_mib: ram,
                 disk_mib: 0,
                 workload: format!("mem {} --patterns seq,zipf", ram * 3 / 4),
+                kernel_args: Vec::new(),
             },
         ]
     }
@@ -198,6 +214,9 @@ pub fn vswapper_eval(
                 .timeout(Duration::from_secs(1800));
             if case.disk_mib > 0 {
                 g = g.disk(DiskConfig::new(&disk));
+            }
+            for a in &case.kernel_args {
+                g = g.kernel_arg(*a);
             }
             g
         };
@@ -489,7 +508,8 @@ mod tests {
     #[test]
     fn cases_scale_with_quick() {
         let full = EvalCase::all(false);
-        assert_eq!(full.len(), 4);
+        assert_eq!(full.len(), 5);
+        assert_eq!(full[3].kernel_args, vec!["init_on_alloc=0"]);
         assert_eq!(full[0].workload.matches("--reads 131072").count(), 2);
         assert_eq!(full[2].guest_mib, 256);
         assert_eq!(EvalCase::all(true)[0].disk_mib, 256);

@@ -26,7 +26,7 @@ struct Cli {
     /// Budget of every variant (memvisor --budget; the kernel's cgroup limit).
     #[arg(long, default_value = "192M")]
     budget: String,
-    /// Cases, comma-separated (page-cache, mixed, small-ram, no-disk) [default: all].
+    /// Cases, comma-separated (page-cache, mixed, small-ram, small-ram-noinit, no-disk) [default: all].
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// Variants, comma-separated (mapper, no-mapper, kernel) [default: all].
@@ -65,7 +65,7 @@ fn config(cli: &Cli) -> Result<VswapperEvalConfig, BenchError> {
                     BenchError::bad(
                         "case",
                         n.clone(),
-                        "expected page-cache, mixed, small-ram or no-disk",
+                        "expected page-cache, mixed, small-ram, small-ram-noinit or no-disk",
                     )
                 })
             })
