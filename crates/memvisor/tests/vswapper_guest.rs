@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use memvisor_control::RegionStatus;
 use memvisor_testvm::{
-    qemu_binary, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend, RunningGuest,
+    qemu_binary, DiskAio, DiskCache, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend,
+    RunningGuest,
 };
 
 const MIB: u64 = 1 << 20;
@@ -163,6 +164,48 @@ fn a_guest_reading_its_disk_twice_verifies_with_the_swap_mapper() {
         g.image_read_bytes > 0,
         "nothing paged in from the image: {g:?}"
     );
+}
+
+/// `aio=io_uring` and `aio=native` requests complete without a library call: the mapper sees
+/// none of their reads (no association, nothing paged in from the image), and the guest must
+/// still verify every byte, the pages those reads fill going through swap.
+#[test]
+fn guests_with_io_uring_and_native_aio_verify_with_the_swap_mapper_on() {
+    let Some(image) =
+        image_or_skip("guests_with_io_uring_and_native_aio_verify_with_the_swap_mapper_on")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    image.make_disk_image(&disk, 256).unwrap();
+    let pass = "disk /dev/vda seq --reads 65536 --verify";
+    for drive in [
+        DiskConfig::new(&disk).aio(DiskAio::IoUring),
+        DiskConfig::new(&disk)
+            .aio(DiskAio::Native)
+            .cache(DiskCache::None),
+    ] {
+        let config = GuestConfig::new(512, format!("{pass}; {pass}"))
+            .backend(MemoryBackend::Memfd)
+            .disk(drive.clone())
+            .timeout(Duration::from_secs(240));
+        let r = run_guest(&image, &config, "128M", true);
+        eprintln!("{}", summary(drive.aio.as_str(), &r));
+        check_verified(&r.run, 2, 256 * MIB);
+        let g = &r.guest;
+        assert_eq!(
+            g.read_errors + g.write_errors + g.poisoned_chunks,
+            0,
+            "{g:?}"
+        );
+        assert_eq!(g.image_read_bytes, 0, "{:?}: {g:?}", drive.aio);
+        assert!(
+            g.bytes_written > 0,
+            "{:?}: the guest did not page: {g:?}",
+            drive.aio
+        );
+    }
 }
 
 /// Issue 10's evaluation (a): a 1 GiB guest under a 192 MiB budget reads its 512 MiB disk

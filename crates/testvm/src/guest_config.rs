@@ -53,6 +53,29 @@ impl DiskCache {
     }
 }
 
+/// QEMU's `aio=` mode for a drive: how its requests are submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiskAio {
+    /// A pool of worker threads doing `preadv`/`pwritev` (QEMU's default).
+    #[default]
+    Threads,
+    /// Linux AIO (`io_submit`); QEMU requires `cache=none` or `directsync` with it.
+    Native,
+    /// io_uring.
+    IoUring,
+}
+
+impl DiskAio {
+    /// QEMU's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskAio::Threads => "threads",
+            DiskAio::Native => "native",
+            DiskAio::IoUring => "io_uring",
+        }
+    }
+}
+
 /// A raw disk image attached as the guest's `/dev/vda` (virtio-blk).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiskConfig {
@@ -62,6 +85,8 @@ pub struct DiskConfig {
     pub cache: DiskCache,
     /// Attach read-only (the guest cannot change the image).
     pub read_only: bool,
+    /// Request submission (`aio=`; not passed when `Threads`, QEMU's default).
+    pub aio: DiskAio,
 }
 
 impl DiskConfig {
@@ -71,7 +96,14 @@ impl DiskConfig {
             path: path.into(),
             cache: DiskCache::Writeback,
             read_only: true,
+            aio: DiskAio::Threads,
         }
+    }
+
+    /// Sets the request submission mode.
+    pub fn aio(mut self, aio: DiskAio) -> Self {
+        self.aio = aio;
+        self
     }
 
     /// Sets the cache mode.
@@ -266,6 +298,10 @@ impl GuestConfig {
             );
             if disk.read_only {
                 drive.push_str(",readonly=on");
+            }
+            if disk.aio != DiskAio::Threads {
+                drive.push_str(",aio=");
+                drive.push_str(disk.aio.as_str());
             }
             args.push("-drive".into());
             args.push(drive.into());

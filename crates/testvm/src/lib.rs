@@ -37,7 +37,7 @@ mod running_guest;
 
 pub use accel::{Accel, AccelChoice};
 pub use error::{Result, TestVmError};
-pub use guest_config::{kvm_works, DiskCache, DiskConfig, GuestConfig, MemoryBackend};
+pub use guest_config::{kvm_works, DiskAio, DiskCache, DiskConfig, GuestConfig, MemoryBackend};
 pub use guest_image::GuestImage;
 pub use guest_run::GuestRun;
 pub use process_group::process_exists;
