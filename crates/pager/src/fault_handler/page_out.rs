@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use super::fault_loop::nanos;
+use super::swap_mapper::ImageFate;
 use super::{ChunkState, FaultHandler};
 use crate::region_stats::{add, sub};
 use crate::swap_file::{is_zero, WriteOutcome};
@@ -76,16 +77,17 @@ impl FaultHandler {
             let _ = self.memory.alias.populate_read(start + f * pg, n * pg);
         }
         let tracking = self.pagemap.is_some();
+        // Pages an image holds (the swap mapper) need no write.
+        let images = self.image_fates(v);
         // What each resident page needs: a write, a punch (all zeros), or nothing (unchanged).
         let mut fate = vec![PageFate::Unchanged; self.chunks.pages_in(v)];
         for p in resident.iter().flat_map(|&(f, n)| f..f + n) {
             let mut needs_write = !tracking || self.chunks.is_page_written(v, p);
-            if self.is_image_page(v, p) {
-                if self.drop_as_image_page(v, p, needs_write) {
-                    // The image holds it: dropped without a write.
-                    continue;
-                }
-                needs_write = true;
+            match images[p] {
+                // The image holds it: dropped without a write.
+                ImageFate::Held => continue,
+                ImageFate::Released => needs_write = true,
+                ImageFate::NotImage => {}
             }
             let data = self.alias_pages(v, p, 1);
             if !needs_write {

@@ -31,6 +31,17 @@ use crate::image_file::{FileKey, ImageFile, ReadEpoch};
 use crate::region_config::ResolveMode;
 use crate::region_stats::{add, sub};
 
+/// What a page-out does with a resident page as far as the swap mapper is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ImageFate {
+    /// Not associated with an image block.
+    NotImage,
+    /// The image holds its content: dropped without a write.
+    Held,
+    /// It was associated but differs from its block now: written like any changed page.
+    Released,
+}
+
 /// A failed read of associated pages from their image.
 #[derive(Debug)]
 pub(super) struct ImageReadError {
@@ -324,58 +335,103 @@ impl FaultHandler {
         sub(&self.stats().image_pages, ended as u64);
     }
 
-    /// Eviction of resident page `p` of chunk `c` (its registered entries dropped), found
-    /// written (`written`) or not: whether it can be dropped because the image holds it. At
-    /// its first eviction an associated page is compared with its block, read from the image
-    /// (nothing tracked its writes since the read); its checksum is kept then. Later, paged in
-    /// from the image and mapped write-protected, it is dropped if dirty tracking saw no write
-    /// and its checksum still matches. A page that differs loses its association (a difference
-    /// dirty tracking should have seen is counted).
-    pub(super) fn drop_as_image_page(&mut self, c: usize, p: usize, written: bool) -> bool {
-        let rp = self.region_page(c, p);
-        let Some(b) = self.images.get(rp) else {
-            return false;
-        };
-        let pg = self.memory.page;
-        let at = self.chunk_range(c).0 + p * pg;
-        // SAFETY: the alias mapping covers the region and page `p` of chunk `c` is resident;
-        // its registered entries are dropped, so nobody writes it while it is read here.
-        let data = unsafe { std::slice::from_raw_parts(self.memory.alias.as_ptr().add(at), pg) };
-        let same = if b.checked {
-            // Mapped write-protected since its page-in from the image: dirty tracking tells.
-            let same = !written && crc32c(data) == b.crc;
-            if !written && !same {
-                add(&self.stats().dirty_tracking_misses, 1);
-            }
-            same
-        } else {
-            // Not tracked since the read: compare with the block itself.
-            let mut block = vec![0u8; pg];
-            self.images
-                .image(b.image)
-                .is_some_and(|i| i.read_exact_at(&mut block, b.offset).is_ok())
-                && block == data
-        };
-        if same {
-            if !b.checked {
-                // The read made it differ from swap: without the mapper this was a write.
-                add(&self.stats().swap_write_bytes_avoided, pg as u64);
-                let crc = crc32c(data);
-                self.images.insert(
-                    rp,
-                    ImageBlock {
-                        crc,
-                        checked: true,
-                        ..b
-                    },
-                );
-            }
-            return true;
+    /// Page-out of chunk `c` (its registered entries dropped, written state harvested): what
+    /// becomes of each of its resident associated pages. At its first eviction an associated
+    /// page is compared with its block, read from the image (nothing tracked its writes since
+    /// the read; adjacent blocks in one read), and held by the image if equal, its checksum
+    /// kept. Later, paged in from the image and mapped write-protected, it is held if dirty
+    /// tracking saw no write and the checksum still matches. A page that differs is released:
+    /// its association ends and it must be written (a difference dirty tracking should have
+    /// seen is counted).
+    pub(super) fn image_fates(&mut self, c: usize) -> Vec<ImageFate> {
+        let n = self.chunks.pages_in(c);
+        let mut fates = vec![ImageFate::NotImage; n];
+        if !self.any_image_pages(c, 0, n) {
+            return fates;
         }
-        self.images.remove(rp);
-        sub(&self.stats().image_pages, 1);
-        add(&self.stats().image_associations_ended_by_guest, 1);
-        false
+        let pg = self.memory.page;
+        let start = self.chunk_range(c).0;
+        // Unchecked pages in runs of adjacent blocks of one image: (first page, count, block).
+        let mut unchecked: Vec<(usize, usize, ImageBlock)> = Vec::new();
+        for (p, fate) in fates.iter_mut().enumerate() {
+            if !self.chunks.is_page_resident(c, p) {
+                continue;
+            }
+            let Some(b) = self.images.get(self.region_page(c, p)) else {
+                continue;
+            };
+            if b.checked {
+                // SAFETY: the alias mapping covers the region; page `p` of chunk `c` is
+                // resident and its registered entries are dropped (nobody writes it now).
+                let data = unsafe {
+                    std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start + p * pg), pg)
+                };
+                let written = self.chunks.is_page_written(c, p);
+                let held = !written && crc32c(data) == b.crc;
+                if !written && !held {
+                    add(&self.stats().dirty_tracking_misses, 1);
+                }
+                *fate = if held {
+                    ImageFate::Held
+                } else {
+                    ImageFate::Released
+                };
+                continue;
+            }
+            match unchecked.last_mut() {
+                Some((f, k, b0))
+                    if *f + *k == p
+                        && b0.image == b.image
+                        && b0.offset + (*k * pg) as u64 == b.offset =>
+                {
+                    *k += 1
+                }
+                _ => unchecked.push((p, 1, b)),
+            }
+        }
+        let mut block = Vec::new();
+        for (f, k, b0) in unchecked {
+            block.resize(k * pg, 0);
+            let read = self
+                .images
+                .image(b0.image)
+                .is_some_and(|i| i.read_exact_at(&mut block, b0.offset).is_ok());
+            for p in f..f + k {
+                // SAFETY: as above.
+                let data = unsafe {
+                    std::slice::from_raw_parts(self.memory.alias.as_ptr().add(start + p * pg), pg)
+                };
+                let held = read && block[(p - f) * pg..(p - f + 1) * pg] == *data;
+                if held {
+                    // The read made it differ from swap: without the mapper this was a write.
+                    add(&self.stats().swap_write_bytes_avoided, pg as u64);
+                    let rp = self.region_page(c, p);
+                    if let Some(b) = self.images.get(rp) {
+                        self.images.insert(
+                            rp,
+                            ImageBlock {
+                                crc: crc32c(data),
+                                checked: true,
+                                ..b
+                            },
+                        );
+                    }
+                    fates[p] = ImageFate::Held;
+                } else {
+                    fates[p] = ImageFate::Released;
+                }
+            }
+        }
+        for (p, fate) in fates.iter().enumerate() {
+            if *fate == ImageFate::Released {
+                self.images.remove(self.region_page(c, p));
+                sub(&self.stats().image_pages, 1);
+                add(&self.stats().image_associations_ended_by_guest, 1);
+                // Differs from any swap copy: written, even if this page-out fails.
+                self.chunks.set_written(c, p, 1, true);
+            }
+        }
+        fates
     }
 
     /// Ends the associations of pages `first..first + n` of chunk `c` (a discard, a read
