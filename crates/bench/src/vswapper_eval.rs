@@ -173,6 +173,53 @@ pub struct VswapperEvalConfig {
     pub work_dir: PathBuf,
     /// Allow other swap areas to be active during the kernel variant.
     pub allow_other_swap: bool,
+    /// Throttle the memvisor variants' reads and writes on the work directory's device to this
+    /// many bytes per second (cgroup v1 `blkio.throttle`): a slow swap disk. The kernel
+    /// variant cannot be throttled the same way (its swap writes are issued by reclaim, not
+    /// charged to QEMU's group), so it is refused with this.
+    pub throttle_bps: Option<u64>,
+}
+
+/// A cgroup v1 blkio group limiting reads and writes on one device, removed on drop.
+struct BlkioThrottle {
+    dir: PathBuf,
+}
+
+impl BlkioThrottle {
+    /// A group limiting the device holding `path` to `bps` bytes per second each way.
+    fn create(path: &Path, bps: u64) -> Result<Self, BenchError> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = fs::metadata(path)
+            .map_err(|e| BenchError::io("stat", path, e))?
+            .dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let dir = Path::new("/sys/fs/cgroup/blkio").join(format!(
+            "{}-vse-{}",
+            crate::kernel_swap::PREFIX,
+            std::process::id()
+        ));
+        fs::create_dir(&dir).map_err(|e| BenchError::io("create blkio cgroup", &dir, e))?;
+        let group = Self { dir };
+        for f in [
+            "blkio.throttle.read_bps_device",
+            "blkio.throttle.write_bps_device",
+        ] {
+            let p = group.dir.join(f);
+            fs::write(&p, format!("{major}:{minor} {bps}"))
+                .map_err(|e| BenchError::io("write", &p, e))?;
+        }
+        Ok(group)
+    }
+
+    fn procs_path(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+}
+
+impl Drop for BlkioThrottle {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+    }
 }
 
 /// `pswpin`/`pswpout` of `/proc/vmstat`, in pages.
@@ -254,6 +301,14 @@ fn run_one(
         .join(format!("run-{}-{}", std::process::id(), rep));
     fs::create_dir_all(&run_dir).map_err(|e| BenchError::io("create", &run_dir, e))?;
     let result = match variant {
+        EvalVariant::Kernel if config.throttle_bps.is_some() => {
+            return Err(BenchError::bad(
+                "variant",
+                "kernel",
+                "cannot be throttled like memvisor (reclaim's swap writes are not charged to \
+                 QEMU's blkio group): leave it out with --throttle",
+            ));
+        }
         EvalVariant::Kernel => {
             let _swap = KernelSwapFile::create(
                 &config.work_dir,
@@ -292,7 +347,23 @@ fn run_one(
         }
         EvalVariant::Mapper | EvalVariant::NoMapper => {
             let ctl = run_dir.join("ctl");
-            let mut cmd = Command::new(&config.memvisor);
+            let throttle = match config.throttle_bps {
+                Some(bps) => Some(BlkioThrottle::create(&run_dir, bps)?),
+                None => None,
+            };
+            let mut cmd = match &throttle {
+                // The run joins the throttled group first: a shell writes its own pid, then
+                // becomes `memvisor run`.
+                Some(t) => {
+                    let mut c = Command::new("sh");
+                    c.arg("-c")
+                        .arg("echo $$ > \"$0\" && exec \"$@\"")
+                        .arg(t.procs_path())
+                        .arg(&config.memvisor);
+                    c
+                }
+                None => Command::new(&config.memvisor),
+            };
             cmd.env("MEMVISOR_CONTROL_DIR", &ctl)
                 .arg("run")
                 .args(["--budget", &config.budget.to_string()])

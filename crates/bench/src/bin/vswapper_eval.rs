@@ -44,6 +44,10 @@ struct Cli {
     /// Run the kernel variant even if another swap area is active.
     #[arg(long)]
     allow_other_swap: bool,
+    /// Throttle memvisor's reads and writes on the work directory's device to this many MB/s
+    /// (a slow swap disk; cgroup v1 blkio; not with the kernel variant).
+    #[arg(long, value_name = "MB_PER_S")]
+    throttle: Option<u64>,
     /// The memvisor binary [default: next to this one].
     #[arg(long)]
     memvisor: Option<PathBuf>,
@@ -107,6 +111,10 @@ fn config(cli: &Cli) -> Result<VswapperEvalConfig, BenchError> {
         reps: cli.reps,
         work_dir: cli.work_dir.clone(),
         allow_other_swap: cli.allow_other_swap,
+        throttle_bps: match cli.throttle {
+            Some(0) => return Err(BenchError::bad("--throttle", "0", "at least 1 MB/s")),
+            t => t.map(|mb| mb * 1_000_000),
+        },
     })
 }
 
