@@ -5,6 +5,7 @@
  *                    [--thp on|off]
  *   workload disk DEV PATTERN (SECONDS | --reads N) [--block B] [--seed S] [--alpha A] [--verify]
  *   workload noop
+ *   workload idle SECONDS            sleeps (lets the host act: a balloon, free page reporting)
  *   workload selftest                checks the Zipf sampler, the scatter bijection, the page
  *                                    pattern and the command line parser
  *   workload cmdline [FILE]          run the commands in memvisor.run="..." of FILE
@@ -724,7 +725,17 @@ static int run_command(int argc, char **argv) {
         }
         return 0;
     }
-    error_line("unknown workload command '%s' (expected mem, disk or noop)", argv[0]);
+    if (strcmp(argv[0], "idle") == 0) {
+        char *end = NULL;
+        long secs = argc == 2 ? strtol(argv[1], &end, 10) : -1;
+        if (argc != 2 || end == argv[1] || *end != '\0' || secs < 0 || secs > 3600) {
+            error_line("idle: usage: idle SECONDS (0..3600)");
+            return 2;
+        }
+        sleep((unsigned)secs);
+        return 0;
+    }
+    error_line("unknown workload command '%s' (expected mem, disk, idle or noop)", argv[0]);
     return 2;
 }
 

@@ -208,6 +208,46 @@ fn guests_with_io_uring_and_native_aio_verify_with_the_swap_mapper_on() {
     }
 }
 
+/// Free page reporting (virtio-balloon): the guest frees 256 MiB it had written (most of it
+/// paged out under the 128 MiB budget) and reports the free pages; QEMU discards them with
+/// `fallocate(PUNCH_HOLE)` on the guest-RAM memfd, which the preload library turns into
+/// discards through the pager (swap blocks dropped, nothing paged in), and the guest goes on
+/// and verifies new memory.
+#[test]
+fn free_page_reporting_discards_through_the_pager() {
+    let Some(image) = image_or_skip("free_page_reporting_discards_through_the_pager") else {
+        return;
+    };
+    let config = GuestConfig::new(512, "mem 256 --patterns seq; idle 6; mem 64 --patterns seq")
+        .backend(MemoryBackend::Memfd)
+        .free_page_reporting(true)
+        .timeout(Duration::from_secs(240));
+    let r = run_guest(&image, &config, "128M", true);
+    let done = r.run.done().expect("done line");
+    assert!(
+        done.ok && done.errors == 0,
+        "{done:?}\n{}",
+        r.run.console_tail(20)
+    );
+    assert_eq!(r.run.mem_phases().count(), 6, "{}", r.run.console_tail(20));
+    let g = &r.guest;
+    eprintln!(
+        "discards {}, swapped {} MiB, resident {} MiB, written {} MiB",
+        g.discards,
+        g.swapped_bytes / MIB,
+        g.resident_bytes / MIB,
+        g.bytes_written / MIB
+    );
+    assert_eq!(
+        g.read_errors + g.write_errors + g.poisoned_chunks,
+        0,
+        "{g:?}"
+    );
+    assert!(g.discards > 0, "no discard reached the pager: {g:?}");
+    // The 256 MiB the guest freed no longer sit in swap.
+    assert!(g.swapped_bytes < 128 * MIB, "{g:?}");
+}
+
 /// Issue 10's evaluation (a): a 1 GiB guest under a 192 MiB budget reads its 512 MiB disk
 /// twice, mapper on and off alternated, `reps` of each.
 #[test]

@@ -133,6 +133,9 @@ pub struct GuestConfig {
     pub cpus: u32,
     /// The disk, if any.
     pub disk: Option<DiskConfig>,
+    /// A virtio-balloon device with free page reporting (the guest reports the pages it frees
+    /// and QEMU discards them from guest RAM).
+    pub free_page_reporting: bool,
     /// The workload command line, passed as `memvisor.run="..."` (commands separated by `;`),
     /// e.g. `mem 256 --patterns seq,zipf`.
     pub workload: String,
@@ -153,11 +156,19 @@ impl GuestConfig {
             backend: MemoryBackend::Anonymous,
             cpus: 1,
             disk: None,
+            free_page_reporting: false,
             workload: workload.into(),
             kernel_args: Vec::new(),
             accel: AccelChoice::FromEnv,
             timeout: Duration::from_secs(120),
         }
+    }
+
+    /// Adds a virtio-balloon device with free page reporting (`virtio_balloon` is loaded in the
+    /// guest either way).
+    pub fn free_page_reporting(mut self, on: bool) -> Self {
+        self.free_page_reporting = on;
+        self
     }
 
     /// Sets the memory backend.
@@ -305,6 +316,10 @@ impl GuestConfig {
             }
             args.push("-drive".into());
             args.push(drive.into());
+        }
+        if self.free_page_reporting {
+            args.push("-device".into());
+            args.push("virtio-balloon-pci,free-page-reporting=on".into());
         }
         Ok(args)
     }
