@@ -248,6 +248,88 @@ fn free_page_reporting_discards_through_the_pager() {
     assert!(g.swapped_bytes < 128 * MIB, "{g:?}");
 }
 
+/// One QMP command on `sock` after the capabilities handshake; returns QEMU's answer line.
+fn qmp(sock: &std::path::Path, command: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut out = stream.try_clone().unwrap();
+    let mut lines = BufReader::new(stream);
+    let read_answer = |lines: &mut BufReader<_>| loop {
+        let mut l = String::new();
+        assert!(lines.read_line(&mut l).unwrap() > 0, "QMP closed");
+        if l.contains("\"return\"") || l.contains("\"error\"") {
+            return l;
+        }
+    };
+    let mut greeting = String::new();
+    lines.read_line(&mut greeting).unwrap();
+    assert!(greeting.contains("QMP"), "{greeting}");
+    out.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")
+        .unwrap();
+    read_answer(&mut lines);
+    out.write_all(command.as_bytes()).unwrap();
+    out.write_all(b"\n").unwrap();
+    read_answer(&mut lines)
+}
+
+/// Balloon inflation (QMP `balloon`): while the guest idles, its balloon grows to take 256 of
+/// its 512 MiB; QEMU discards the pages the guest gives up (`fallocate(PUNCH_HOLE)` on the
+/// guest-RAM memfd, then `MADV_DONTNEED`), which reach the pager as discards, and the guest
+/// goes on correctly with the rest.
+#[test]
+fn balloon_inflation_discards_through_the_pager() {
+    let Some(image) = image_or_skip("balloon_inflation_discards_through_the_pager") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("qmp.sock");
+    let config = GuestConfig::new(512, "mem 192 --patterns seq; idle 8; mem 96 --patterns seq")
+        .backend(MemoryBackend::Memfd)
+        .free_page_reporting(true)
+        .qmp_socket(&sock)
+        .timeout(Duration::from_secs(240));
+    let inflate = {
+        let sock = sock.clone();
+        thread::spawn(move || {
+            // The guest boots and writes 192 MiB first (a few seconds); inflate while it idles.
+            let start = Instant::now();
+            while !sock.exists() && start.elapsed() < Duration::from_secs(60) {
+                thread::sleep(Duration::from_millis(50));
+            }
+            thread::sleep(Duration::from_secs(6));
+            qmp(
+                &sock,
+                "{\"execute\":\"balloon\",\"arguments\":{\"value\":268435456}}",
+            )
+        })
+    };
+    let r = run_guest(&image, &config, "128M", true);
+    let answer = inflate.join().unwrap();
+    assert!(answer.contains("\"return\""), "balloon: {answer}");
+    let done = r.run.done().expect("done line");
+    assert!(
+        done.ok && done.errors == 0,
+        "{done:?}\n{}",
+        r.run.console_tail(20)
+    );
+    let g = &r.guest;
+    eprintln!(
+        "balloon: discards {}, swapped {} MiB, resident {} MiB",
+        g.discards,
+        g.swapped_bytes / MIB,
+        g.resident_bytes / MIB
+    );
+    assert_eq!(
+        g.read_errors + g.write_errors + g.poisoned_chunks,
+        0,
+        "{g:?}"
+    );
+    assert!(g.discards > 0, "no discard reached the pager: {g:?}");
+}
+
 /// Issue 10's evaluation (a): a 1 GiB guest under a 192 MiB budget reads its 512 MiB disk
 /// twice, mapper on and off alternated, `reps` of each.
 #[test]

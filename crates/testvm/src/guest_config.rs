@@ -136,6 +136,8 @@ pub struct GuestConfig {
     /// A virtio-balloon device with free page reporting (the guest reports the pages it frees
     /// and QEMU discards them from guest RAM).
     pub free_page_reporting: bool,
+    /// A QMP monitor on this Unix socket (QEMU listens; `server=on,wait=off`).
+    pub qmp_socket: Option<PathBuf>,
     /// The workload command line, passed as `memvisor.run="..."` (commands separated by `;`),
     /// e.g. `mem 256 --patterns seq,zipf`.
     pub workload: String,
@@ -157,6 +159,7 @@ impl GuestConfig {
             cpus: 1,
             disk: None,
             free_page_reporting: false,
+            qmp_socket: None,
             workload: workload.into(),
             kernel_args: Vec::new(),
             accel: AccelChoice::FromEnv,
@@ -168,6 +171,12 @@ impl GuestConfig {
     /// guest either way).
     pub fn free_page_reporting(mut self, on: bool) -> Self {
         self.free_page_reporting = on;
+        self
+    }
+
+    /// Serves QMP on the Unix socket `path` (for balloon commands and the like).
+    pub fn qmp_socket(mut self, path: impl Into<PathBuf>) -> Self {
+        self.qmp_socket = Some(path.into());
         self
     }
 
@@ -320,6 +329,13 @@ impl GuestConfig {
         if self.free_page_reporting {
             args.push("-device".into());
             args.push("virtio-balloon-pci,free-page-reporting=on".into());
+        }
+        if let Some(q) = &self.qmp_socket {
+            let path = q.to_str().ok_or_else(|| TestVmError::InvalidConfig {
+                reason: format!("QMP socket path {} is not UTF-8", q.display()),
+            })?;
+            args.push("-qmp".into());
+            args.push(format!("unix:{},server=on,wait=off", path.replace(',', ",,")).into());
         }
         Ok(args)
     }
