@@ -31,8 +31,22 @@ fn unknown_command_is_a_clear_error() {
     };
     assert_eq!(
         workload_error(&image, "frobnicate 12"),
-        "unknown workload command 'frobnicate' (expected mem, disk or noop)"
+        "unknown workload command 'frobnicate' (expected mem, disk, idle or noop)"
     );
+}
+
+#[test]
+fn bad_idle_arguments_are_a_clear_error() {
+    let Some(image) = GuestImage::for_test("bad_idle_arguments_are_a_clear_error") else {
+        return;
+    };
+    for bad in ["idle", "idle soon", "idle -1", "idle 3601", "idle 1 2"] {
+        assert_eq!(
+            workload_error(&image, bad),
+            "idle: usage: idle SECONDS (0..3600)",
+            "{bad}"
+        );
+    }
 }
 
 #[test]
