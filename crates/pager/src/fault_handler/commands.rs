@@ -31,40 +31,38 @@ impl FaultHandler {
 
     /// Carries out one command.
     fn run_command(&mut self, cmd: RegionCommand) -> Result<(), PagerError> {
-        {
-            match cmd {
-                RegionCommand::SetBudget(chunks) => {
-                    let spec = self.policy_spec.clone();
-                    self.rebuild_policy(spec, chunks)
-                }
-                RegionCommand::SetPolicy(spec) => {
-                    let chunks = self.shared.budget_chunks.load(Ordering::Relaxed);
-                    self.rebuild_policy(spec, chunks)
-                }
-                RegionCommand::Discard { offset, len } => {
-                    self.discard(offset, len);
-                    Ok(())
-                }
-                RegionCommand::PrepareOverwrite { offset, len } => {
-                    self.prepare_overwrite(offset, len);
-                    Ok(())
-                }
-                RegionCommand::Associate {
-                    offset,
-                    len,
-                    image,
-                    file_offset,
-                    epoch,
-                } => {
-                    self.associate(offset, len, &image, file_offset, epoch);
-                    Ok(())
-                }
-                RegionCommand::ImageWritten { image, from, to } => {
-                    self.image_written(image, from, to);
-                    Ok(())
-                }
-                RegionCommand::Barrier => Ok(()),
+        match cmd {
+            RegionCommand::SetBudget(chunks) => {
+                let spec = self.policy_spec.clone();
+                self.rebuild_policy(spec, chunks)
             }
+            RegionCommand::SetPolicy(spec) => {
+                let chunks = self.shared.budget_chunks.load(Ordering::Relaxed);
+                self.rebuild_policy(spec, chunks)
+            }
+            RegionCommand::Discard { offset, len } => {
+                self.discard(offset, len);
+                Ok(())
+            }
+            RegionCommand::PrepareOverwrite { offset, len } => {
+                self.prepare_overwrite(offset, len);
+                Ok(())
+            }
+            RegionCommand::Associate {
+                offset,
+                len,
+                image,
+                file_offset,
+                epoch,
+            } => {
+                self.associate(offset, len, &image, file_offset, epoch);
+                Ok(())
+            }
+            RegionCommand::ImageWritten { image, from, to } => {
+                self.image_written(image, from, to);
+                Ok(())
+            }
+            RegionCommand::Barrier => Ok(()),
         }
     }
 
