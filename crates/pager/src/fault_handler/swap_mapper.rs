@@ -7,15 +7,16 @@
 //!   from swap (or the image) only to be overwritten.
 //! * **Swap mapper** ([`associate`](FaultHandler::associate)): after a complete read of an
 //!   image into the region, every page the read covered whole is associated with its image
-//!   block, once it has been checked equal to the block, and write-protected again (its written
-//!   state cleared). Evicting a page still associated writes nothing; its page-in reads the
-//!   block again through memvisor's own descriptor ([`read_image_pages`]), verified against
-//!   the page's checksum at association time: a mismatch (someone changed the image behind
-//!   memvisor's back) poisons the page, never silent wrong data. An association ends when the
-//!   program writes the page (found at eviction through dirty tracking), when the range is
-//!   discarded, and before an interposed write to the image block reaches the file
-//!   ([`image_written`](FaultHandler::image_written)): the page's content is kept first (in
-//!   memory, marked written).
+//!   block (bookkeeping only: no write-protection, no read). At its first eviction the page is
+//!   compared with its block, read again through memvisor's own descriptor
+//!   ([`image_fates`](FaultHandler::image_fates)), and dropped without a write if equal, its
+//!   checksum kept; its page-in reads the block again ([`read_image_pages`]) and checks that
+//!   checksum: a mismatch (someone changed the image behind memvisor's back) poisons the page,
+//!   never silent wrong data. Paged in, it is mapped write-protected like every page, so later
+//!   evictions go by dirty tracking. An association ends when the page is found changed at an
+//!   eviction, when the range is discarded or read over, and before an interposed write to the
+//!   image block reaches the file ([`image_written`](FaultHandler::image_written)): the page's
+//!   content is kept first (in memory, marked written).
 //!
 //! [`read_image_pages`]: FaultHandler::read_image_pages
 
