@@ -43,18 +43,24 @@ fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Device and inode of `fd` if it is a regular file.
-fn regular_file_key(fd: c_int) -> Option<FileKey> {
+/// Device and inode of the file `fd` refers to, and whether it is a regular file.
+fn file_key(fd: c_int) -> Option<(FileKey, bool)> {
     // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one `struct stat` into `st`.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return None;
     }
-    Some(FileKey {
+    let key = FileKey {
         dev: st.st_dev,
         ino: st.st_ino,
-    })
+    };
+    Some((key, st.st_mode & libc::S_IFMT == libc::S_IFREG))
+}
+
+/// Device and inode of `fd` if it is a regular file.
+fn regular_file_key(fd: c_int) -> Option<FileKey> {
+    file_key(fd).and_then(|(key, regular)| regular.then_some(key))
 }
 
 fn images() -> std::sync::MutexGuard<'static, Vec<Arc<ImageFile>>> {
@@ -238,7 +244,7 @@ pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c
         return None;
     }
     let _guard = ShimGuard::enter()?;
-    let key = regular_or_memfd_key(fd)?;
+    let (key, _) = file_key(fd)?;
     let page = memvisor_pager::page_size() as i64;
     let answer = mp::with_fixed_memfd(key, |r| {
         if off < 0
@@ -275,20 +281,6 @@ pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c
             set_errno(e);
             -1
         }
-    })
-}
-
-/// Device and inode of `fd` (any file: a memfd is not a "regular file" for every purpose).
-fn regular_or_memfd_key(fd: c_int) -> Option<FileKey> {
-    // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes one `struct stat` into `st`.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return None;
-    }
-    Some(FileKey {
-        dev: st.st_dev,
-        ino: st.st_ino,
     })
 }
 

@@ -82,6 +82,9 @@ struct FixedRegion {
     kind: FixedKind,
     slot: usize,
     discards: u64,
+    /// Identity of the region's memfd, taken once at creation (a hole punched in it by the
+    /// program is looked up by it).
+    memfd_key: Option<memvisor_pager::FileKey>,
 }
 
 /// The regions of this process.
@@ -629,11 +632,13 @@ pub fn fixed_map(
         Ordering::Release,
     );
     FIXED_COUNT.fetch_add(1, Ordering::AcqRel);
+    let memfd_key = region.memfd_key().ok();
     p.fixed.push(FixedRegion {
         region,
         kind,
         slot,
         discards: 0,
+        memfd_key,
     });
     if let Err(e) = p.rebalance() {
         eprintln!("memvisor-preload: rebalancing budgets: {e}");
@@ -728,7 +733,7 @@ pub fn with_fixed_memfd<R>(
         .as_mut()?
         .fixed
         .iter_mut()
-        .find(|f| f.region.memfd_key().ok() == Some(key))?;
+        .find(|f| f.memfd_key == Some(key))?;
     fixed.discards += 1;
     Some(f(&fixed.region))
 }
