@@ -266,26 +266,7 @@ impl FaultHandler {
         if !self.any_image_pages(c, first, n) {
             return Ok(0);
         }
-        // Runs of pages whose blocks are adjacent in one image.
-        let mut runs: Vec<(usize, usize, ImageBlock)> = Vec::new();
-        for p in first..first + n {
-            if !want(p) {
-                continue;
-            }
-            let Some(b) = self.images.get(self.region_page(c, p)) else {
-                continue;
-            };
-            match runs.last_mut() {
-                Some((f, k, b0))
-                    if *f + *k == p
-                        && b0.image == b.image
-                        && b0.offset + (*k * pg) as u64 == b.offset =>
-                {
-                    *k += 1
-                }
-                _ => runs.push((p, 1, b)),
-            }
-        }
+        let runs = self.block_runs(c, (first..first + n).filter(|&p| want(p)));
         let mut bytes = 0;
         for (f, k, b0) in runs {
             let Some(image) = self.images.image(b0.image).cloned() else {
@@ -336,6 +317,34 @@ impl FaultHandler {
         sub(&self.stats().image_pages, ended as u64);
     }
 
+    /// The associated pages among `pages` (ascending page indexes in chunk `c`) in runs of
+    /// adjacent pages whose blocks are adjacent in one image, each read in one call:
+    /// `(first page, count, first page's block)`.
+    fn block_runs(
+        &self,
+        c: usize,
+        pages: impl IntoIterator<Item = usize>,
+    ) -> Vec<(usize, usize, ImageBlock)> {
+        let pg = self.memory.page;
+        let mut runs: Vec<(usize, usize, ImageBlock)> = Vec::new();
+        for p in pages {
+            let Some(b) = self.images.get(self.region_page(c, p)) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some((f, k, b0))
+                    if *f + *k == p
+                        && b0.image == b.image
+                        && b0.offset + (*k * pg) as u64 == b.offset =>
+                {
+                    *k += 1
+                }
+                _ => runs.push((p, 1, b)),
+            }
+        }
+        runs
+    }
+
     /// Page-out of chunk `c` (its registered entries dropped, written state harvested): what
     /// becomes of each of its resident associated pages. At its first eviction an associated
     /// page is compared with its block, read from the image (nothing tracked its writes since
@@ -352,8 +361,8 @@ impl FaultHandler {
         }
         let pg = self.memory.page;
         let start = self.chunk_range(c).0;
-        // Unchecked pages in runs of adjacent blocks of one image: (first page, count, block).
-        let mut unchecked: Vec<(usize, usize, ImageBlock)> = Vec::new();
+        // Pages not compared with their block yet.
+        let mut unchecked = Vec::new();
         for (p, fate) in fates.iter_mut().enumerate() {
             if !self.chunks.is_page_resident(c, p) {
                 continue;
@@ -379,19 +388,10 @@ impl FaultHandler {
                 };
                 continue;
             }
-            match unchecked.last_mut() {
-                Some((f, k, b0))
-                    if *f + *k == p
-                        && b0.image == b.image
-                        && b0.offset + (*k * pg) as u64 == b.offset =>
-                {
-                    *k += 1
-                }
-                _ => unchecked.push((p, 1, b)),
-            }
+            unchecked.push(p);
         }
         let mut block = Vec::new();
-        for (f, k, b0) in unchecked {
+        for (f, k, b0) in self.block_runs(c, unchecked) {
             block.resize(k * pg, 0);
             let read = self
                 .images
