@@ -36,6 +36,7 @@ use crate::counters::field;
 use crate::kernel_swap::KernelSwapFile;
 use crate::managed_process::status_of;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
+use crate::results_file::create_results_dir;
 
 const MIB: u64 = 1 << 20;
 
@@ -242,11 +243,17 @@ pub fn vswapper_eval(
     image: &GuestImage,
     mut progress: impl FnMut(&EvalRun),
 ) -> Result<Vec<EvalRun>, BenchError> {
-    fs::create_dir_all(&config.work_dir)
-        .map_err(|e| BenchError::io("create", &config.work_dir, e))?;
+    create_results_dir(&config.work_dir)?;
+    // Disk images, swap files and run directories go in a private (0700) directory of this run
+    // inside the work directory (which may be a shared one such as /var/tmp), removed at the end.
+    let private = tempfile::Builder::new()
+        .prefix("vswapper-eval-")
+        .tempdir_in(&config.work_dir)
+        .map_err(|e| BenchError::io("create a private directory in", &config.work_dir, e))?;
+    let dir = private.path();
     let mut out = Vec::new();
     for case in &config.cases {
-        let disk = config.work_dir.join(format!("vswapper-{}.img", case.name));
+        let disk = dir.join(format!("vswapper-{}.img", case.name));
         if case.disk_mib > 0 {
             image
                 .make_disk_image(&disk, case.disk_mib)
@@ -271,7 +278,7 @@ pub fn vswapper_eval(
             let n = config.variants.len();
             for i in 0..n {
                 let variant = config.variants[(i + rep) % n];
-                let run = run_one(config, image, case, &guest, variant, rep)?;
+                let run = run_one(config, dir, image, case, &guest, variant, rep)?;
                 progress(&run);
                 out.push(run);
             }
@@ -281,8 +288,10 @@ pub fn vswapper_eval(
     Ok(out)
 }
 
+/// One guest run; `dir` is the evaluation's private directory.
 fn run_one(
     config: &VswapperEvalConfig,
+    dir: &Path,
     image: &GuestImage,
     case: &EvalCase,
     guest: &GuestConfig,
@@ -296,9 +305,7 @@ fn run_one(
     };
     let qemu = qemu_binary().map_err(guest_err)?;
     let args = guest.qemu_args(image).map_err(guest_err)?;
-    let run_dir = config
-        .work_dir
-        .join(format!("run-{}-{}", std::process::id(), rep));
+    let run_dir = dir.join(format!("run-{rep}"));
     fs::create_dir_all(&run_dir).map_err(|e| BenchError::io("create", &run_dir, e))?;
     let result = match variant {
         EvalVariant::Kernel if config.throttle_bps.is_some() => {
@@ -310,11 +317,8 @@ fn run_one(
             ));
         }
         EvalVariant::Kernel => {
-            let _swap = KernelSwapFile::create(
-                &config.work_dir,
-                case.guest_mib * MIB * 2,
-                config.allow_other_swap,
-            )?;
+            let _swap =
+                KernelSwapFile::create(dir, case.guest_mib * MIB * 2, config.allow_other_swap)?;
             let cgroup = MemoryCgroup::create(&group_name(rep as u64), Some(config.budget))?;
             // QEMU alone joins the group: a shell writes its own pid, then becomes QEMU.
             let mut cmd = Command::new("sh");

@@ -35,7 +35,8 @@ struct Cli {
     /// Repetitions of each case and variant (the variant order rotates each time).
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Where disk images and swap files go (removed afterwards).
+    /// Where disk images and swap files go: in a private (0700) directory made inside it for
+    /// the run and removed afterwards (a shared directory such as /var/tmp is safe).
     #[arg(long, default_value = "target/vswapper-eval")]
     work_dir: PathBuf,
     /// Where results.md and results.csv go.
