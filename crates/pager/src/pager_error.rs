@@ -128,6 +128,17 @@ pub enum PagerError {
         source: io::Error,
     },
 
+    /// A live migration could not read or place pages of the region.
+    #[error("region {region}: migration at offset {offset:#x}: {reason}")]
+    Migration {
+        /// Region name.
+        region: String,
+        /// Byte offset in the region at fault.
+        offset: u64,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// The fault-handler thread could not be started.
     #[error("region {region}: cannot start the fault handler: {source}")]
     Thread {

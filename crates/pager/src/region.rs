@@ -382,6 +382,11 @@ impl Region {
             .submit(self.name(), RegionCommand::ImageWritten { image, from, to })
     }
 
+    /// Hands `cmd` to the fault handler and waits for its answer.
+    pub(crate) fn submit(&self, cmd: RegionCommand) -> Result<(), PagerError> {
+        self.shared.commands.submit(self.name(), cmd)
+    }
+
     fn len_pages_rounded(&self) -> usize {
         self.size.next_multiple_of(page_size())
     }

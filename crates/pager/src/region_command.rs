@@ -15,6 +15,7 @@ use memvisor_policy::PolicySpec;
 
 use crate::event_fd::EventFd;
 use crate::image_file::{FileKey, ImageFile, ReadEpoch};
+use crate::migration_pages::{InstallOutcome, MigrationPages};
 use crate::pager_error::PagerError;
 
 /// A change to a running region.
@@ -43,6 +44,32 @@ pub(crate) enum RegionCommand {
     ImageWritten { image: FileKey, from: u64, to: u64 },
     /// Nothing: answered once every command posted before it was carried out.
     Barrier,
+    /// A live migration's request.
+    Migration(MigrationRequest),
+}
+
+/// What a live migration asks of a region's handler; answers go back through the shared slot
+/// each request carries (filled before the command is answered).
+#[derive(Debug)]
+pub(crate) enum MigrationRequest {
+    /// Start (`true`) or stop tracking which pages change.
+    TrackChanges(bool),
+    /// The chunks to send, most valuable first.
+    Order(Arc<Mutex<Vec<usize>>>),
+    /// Read `pages` pages from region page `first_page` on (inside one chunk).
+    Read {
+        first_page: usize,
+        pages: usize,
+        out: Arc<Mutex<MigrationPages>>,
+    },
+    /// The runs of pages changed since the last such request, as (region page, count).
+    TakeChanged(Arc<Mutex<Vec<(usize, usize)>>>),
+    /// Install `data` (whole pages) as region pages `first_page..` (inside one chunk).
+    Install {
+        first_page: usize,
+        data: Vec<u8>,
+        out: Arc<Mutex<InstallOutcome>>,
+    },
 }
 
 /// Most posted commands waiting at once; more are dropped (only associations are posted, and

@@ -87,6 +87,10 @@ pub struct RegionStats {
     /// False-read preventer: bytes of pages a file read was about to overwrite that were
     /// mapped as zeros instead of being read from swap.
     pub false_read_bytes_avoided: u64,
+    /// Live migration (source): pages read for sending, from memory, swap or image.
+    pub migration_pages_read: u64,
+    /// Live migration (destination): pages received and installed in memory or swap.
+    pub migration_pages_installed: u64,
     /// Bytes read from swap.
     pub bytes_read: u64,
     /// Bytes written to swap.
@@ -168,6 +172,8 @@ pub(crate) struct StatsCounters {
     pub image_associations_ended_by_image: AtomicU64,
     pub image_associations_refused: AtomicU64,
     pub false_read_bytes_avoided: AtomicU64,
+    pub migration_pages_read: AtomicU64,
+    pub migration_pages_installed: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub write_errors: AtomicU64,
@@ -285,6 +291,8 @@ impl StatsCounters {
             image_associations_ended_by_image: g(&self.image_associations_ended_by_image),
             image_associations_refused: g(&self.image_associations_refused),
             false_read_bytes_avoided: g(&self.false_read_bytes_avoided),
+            migration_pages_read: g(&self.migration_pages_read),
+            migration_pages_installed: g(&self.migration_pages_installed),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             write_errors: g(&self.write_errors),

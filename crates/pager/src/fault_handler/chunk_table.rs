@@ -52,6 +52,9 @@ pub(crate) struct ChunkTable {
     poisoned: PageBitmap,
     /// Per page: being read from swap on its own (a parallel page-in), not resident yet.
     reading: PageBitmap,
+    /// Per page, while a live migration tracks changes: the content changed since the
+    /// migration last sent it (every page marked written is marked here too, and discards).
+    changed: Option<PageBitmap>,
     /// Pages being read.
     reading_total: usize,
     /// Resident pages in all.
@@ -92,6 +95,7 @@ impl ChunkTable {
             written: PageBitmap::new(pages),
             poisoned: PageBitmap::new(pages),
             reading: PageBitmap::new(pages),
+            changed: None,
             reading_total: 0,
             resident_total: 0,
             jobs: vec![0; chunks],
@@ -238,7 +242,66 @@ impl ChunkTable {
         if self.in_chunk(c, first, n) {
             self.written
                 .set_range(self.first_page(c) + first, n, written);
+            if written {
+                self.mark_changed(c, first, n);
+            }
         }
+    }
+
+    /// Starts (or restarts) tracking which pages change for a live migration: none has yet.
+    pub fn track_changes(&mut self) {
+        self.changed = Some(PageBitmap::new(self.states.len() * self.pages_per_chunk));
+    }
+
+    /// Stops tracking changes.
+    pub fn untrack_changes(&mut self) {
+        self.changed = None;
+    }
+
+    /// Whether changes are tracked.
+    pub fn tracks_changes(&self) -> bool {
+        self.changed.is_some()
+    }
+
+    /// Pages `first..first + n` of chunk `c` changed (written, or discarded): a migration sends
+    /// them again. Nothing without tracking.
+    pub fn mark_changed(&mut self, c: usize, first: usize, n: usize) {
+        if self.in_chunk(c, first, n) {
+            let at = self.first_page(c) + first;
+            if let Some(changed) = self.changed.as_mut() {
+                changed.set_range(at, n, true);
+            }
+        }
+    }
+
+    /// The runs of pages (region page index, count) changed since the last call (or since
+    /// tracking started), each run inside one chunk; forgets them.
+    pub fn take_changed(&mut self) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let Some(changed) = self.changed.as_mut() else {
+            return out;
+        };
+        for c in 0..self.states.len() {
+            let base = c * self.pages_per_chunk;
+            let pages = self.pages_per_chunk.min(self.region_pages - base);
+            if changed.count_range(base, pages) == 0 {
+                continue;
+            }
+            let mut run: Option<(usize, usize)> = None;
+            for p in base..base + pages {
+                if changed.get(p) {
+                    run = Some(match run {
+                        Some((f, n)) => (f, n + 1),
+                        None => (p, 1),
+                    });
+                } else if let Some(r) = run.take() {
+                    out.push(r);
+                }
+            }
+            out.extend(run);
+            changed.set_range(base, pages, false);
+        }
+        out
     }
 
     /// Whether page `page` of chunk `c` is poisoned.

@@ -63,6 +63,7 @@ impl FaultHandler {
                 Ok(())
             }
             RegionCommand::Barrier => Ok(()),
+            RegionCommand::Migration(request) => self.migration_request(request),
         }
     }
 
@@ -114,7 +115,7 @@ impl FaultHandler {
     /// private anonymous memory. Whole chunks leave memory and swap; in part of a chunk,
     /// resident pages are zeroed in memory and the swap copies of the others are punched.
     /// Poisoned pages become fresh zero pages.
-    fn discard(&mut self, offset: usize, len: usize) {
+    pub(super) fn discard(&mut self, offset: usize, len: usize) {
         let end = (offset + len).min(self.memory.len);
         let mut at = offset;
         while at < end {
@@ -134,6 +135,7 @@ impl FaultHandler {
 
     fn discard_chunk(&mut self, c: usize, start: usize, len: usize) {
         self.end_image_pages(c, 0, self.chunks.pages_in(c));
+        self.chunks.mark_changed(c, 0, self.chunks.pages_in(c));
         let was_stored = self.io.is_stored(c);
         if was_stored {
             if let Err(e) = self.io.punch(c) {
@@ -173,6 +175,7 @@ impl FaultHandler {
         let start = self.chunk_range(c).0;
         let out_and_stored = self.chunks.is(c, ChunkState::Out) && self.io.is_stored(c);
         self.end_image_pages(c, first, n);
+        self.chunks.mark_changed(c, first, n);
         self.clear_poison(c, first, n);
         for (f, k) in self.chunks.resident_runs(c) {
             let (lo, hi) = (f.max(first), (f + k).min(first + n));

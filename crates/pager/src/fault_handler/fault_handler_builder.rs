@@ -102,6 +102,7 @@ impl FaultHandlerBuilder<'_> {
             images: Default::default(),
             fault_offset: None,
             uffd_error_logged: false,
+            migration_buffer: None,
         })
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct FaultHandler {
     /// Region offset of the page whose fault started the page-in being served.
     pub(super) fault_offset: Option<usize>,
     pub(super) uffd_error_logged: bool,
+    /// Page-aligned buffer for a live migration's swap reads and writes, while one runs.
+    pub(super) migration_buffer: Option<crate::memfd::Mapping>,
 }
 
 impl FaultHandler {

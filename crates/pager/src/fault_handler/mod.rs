@@ -36,6 +36,7 @@ mod fault_handler_builder;
 mod fault_loop;
 mod handler_shared;
 mod image_blocks;
+mod migration;
 mod options;
 mod page_in;
 mod page_out;

@@ -1,0 +1,86 @@
+//! A [`Region`]'s live-migration calls: what the source pager reads and tracks, what the
+//! destination pager installs. Each is carried out by the region's fault handler between two
+//! faults (see `fault_handler/migration.rs`), so it sees a consistent chunk table and swap
+//! map; the caller (a migration thread) blocks meanwhile, the program's threads do not.
+
+use std::sync::{Arc, Mutex};
+
+use crate::migration_pages::{InstallOutcome, MigrationPages};
+use crate::pager_error::PagerError;
+use crate::region::Region;
+use crate::region_command::{MigrationRequest, RegionCommand};
+
+impl Region {
+    /// Source: starts tracking which pages change (every write, however it is made: the
+    /// program, the kernel on its behalf, or the pager itself; and every discard). Needs
+    /// write tracking ([`dirty_tracking`](Self::dirty_tracking)).
+    pub fn start_change_tracking(&self) -> Result<(), PagerError> {
+        self.migration(MigrationRequest::TrackChanges(true))
+    }
+
+    /// Source: stops tracking changes (and frees the migration buffer).
+    pub fn stop_change_tracking(&self) -> Result<(), PagerError> {
+        self.migration(MigrationRequest::TrackChanges(false))
+    }
+
+    /// Source: the chunks holding data, in the order to send them: resident chunks first
+    /// (what the policy kept in memory), then chunks only in swap or in the disk image.
+    /// Chunks never written are not listed: they are zero.
+    pub fn migration_order(&self) -> Result<Vec<usize>, PagerError> {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        self.migration(MigrationRequest::Order(out.clone()))?;
+        Ok(take(&out))
+    }
+
+    /// Source: reads `pages` pages from region page `first_page` on (inside one chunk) where
+    /// they are, without paging them in: from memory, from swap or from their disk-image block,
+    /// checksums verified. A poisoned page (its data lost) is an error.
+    pub fn read_for_migration(
+        &self,
+        first_page: usize,
+        pages: usize,
+    ) -> Result<MigrationPages, PagerError> {
+        let out = Arc::new(Mutex::new(MigrationPages::default()));
+        self.migration(MigrationRequest::Read {
+            first_page,
+            pages,
+            out: out.clone(),
+        })?;
+        Ok(take(&out))
+    }
+
+    /// Source: the runs of pages `(first region page, count)` that changed since the last
+    /// call (or since tracking started), each inside one chunk.
+    pub fn take_changed_pages(&self) -> Result<Vec<(usize, usize)>, PagerError> {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        self.migration(MigrationRequest::TakeChanged(out.clone()))?;
+        Ok(take(&out))
+    }
+
+    /// Destination: `data` (whole pages) becomes region pages `first_page..` (inside one
+    /// chunk): in memory while the resident pages fit the budget (or where the page is resident
+    /// already), straight into the swap file after that.
+    pub fn install_pages(
+        &self,
+        first_page: usize,
+        data: Vec<u8>,
+    ) -> Result<InstallOutcome, PagerError> {
+        let out = Arc::new(Mutex::new(InstallOutcome::default()));
+        self.migration(MigrationRequest::Install {
+            first_page,
+            data,
+            out: out.clone(),
+        })?;
+        Ok(take(&out))
+    }
+
+    fn migration(&self, request: MigrationRequest) -> Result<(), PagerError> {
+        self.submit(RegionCommand::Migration(request))
+    }
+}
+
+fn take<T: Default>(slot: &Arc<Mutex<T>>) -> T {
+    slot.lock()
+        .map(|mut s| std::mem::take(&mut *s))
+        .unwrap_or_default()
+}
