@@ -6,6 +6,10 @@
  *   workload disk DEV PATTERN (SECONDS | --reads N) [--block B] [--seed S] [--alpha A] [--verify]
  *   workload noop
  *   workload idle SECONDS            sleeps (lets the host act: a balloon, free page reporting)
+ *   workload churn MIB SECONDS [--seed S]
+ *                                    writes MIB, then for SECONDS verifies and rewrites random
+ *                                    pages with a new generation each (memory that changes all
+ *                                    the time, as during a live migration), then verifies all
  *   workload selftest                checks the Zipf sampler, the scatter bijection, the page
  *                                    pattern and the command line parser
  *   workload cmdline [FILE]          run the commands in memvisor.run="..." of FILE
@@ -442,6 +446,70 @@ static int cmd_mem(int argc, char **argv) {
     return total.errors ? 1 : 0;
 }
 
+/*
+ * churn: every page carries tag seed + generation * GOLDEN, the generation of each page kept in
+ * an array of its own (guest memory too). Returns 0 ok, 1 corruption, 2 error.
+ */
+static int cmd_churn(int argc, char **argv) {
+    uint64_t mib = 0, secs = 0, seed = 1;
+    if (argc < 3 || !parse_u64(argv[1], &mib) || mib == 0 || mib > (1u << 20) || !parse_u64(argv[2], &secs) ||
+        secs > 3600) {
+        error_line("churn: usage: churn MIB SECONDS [--seed S] (MIB in 1..1048576, SECONDS in 0..3600)");
+        return 2;
+    }
+    for (int i = 3; i < argc; i++) {
+        const char *v;
+        if (strcmp(argv[i], "--seed") == 0) {
+            if (!(v = option_value(argc, argv, &i))) return 2;
+            if (!parse_u64(v, &seed)) {
+                error_line("churn: --seed must be an unsigned number, got '%s'", v);
+                return 2;
+            }
+        } else {
+            error_line("churn: unknown argument '%s'", argv[i]);
+            return 2;
+        }
+    }
+    uint64_t pages = mib * (1024 * 1024 / PAGE);
+    size_t bytes = (size_t)(pages * PAGE);
+    uint64_t *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    uint32_t *gen = calloc(pages, sizeof *gen);
+    if (base == MAP_FAILED || !gen) {
+        error_line("churn: cannot allocate %" PRIu64 " MiB: %s", mib, strerror(errno));
+        return 2;
+    }
+    struct mem_tally total = {0, 0};
+    double t0 = now_ms();
+    for (uint64_t p = 0; p < pages; p++) fill_unit(base + p * WORDS, p, seed);
+    double write_ms = now_ms() - t0;
+    result_line("phase=write mib=%" PRIu64 " pages=%" PRIu64 " reads=%" PRIu64 " ms=%.1f mbps=%.1f ok=1 errors=0", mib,
+                pages, pages, write_ms, write_ms > 0 ? (double)bytes / 1e6 / (write_ms / 1e3) : 0.0);
+    struct rng rng = {mix64(seed ^ 0xc4u)};
+    uint64_t rewrites = 0;
+    double end = now_ms() + (double)secs * 1000.0;
+    t0 = now_ms();
+    while (now_ms() < end) {
+        for (int k = 0; k < 1024; k++) {
+            uint64_t p = rng_below(&rng, pages);
+            mem_check(base, p, seed + gen[p] * GOLDEN, &total, &total);
+            gen[p]++;
+            fill_unit(base + p * WORDS, p, seed + gen[p] * GOLDEN);
+            rewrites++;
+        }
+    }
+    double ms = now_ms() - t0;
+    result_line("phase=churn mib=%" PRIu64 " pages=%" PRIu64 " rewrites=%" PRIu64 " ms=%.1f ok=%d errors=%" PRIu64, mib,
+                pages, rewrites, ms, total.errors ? 0 : 1, total.errors);
+    struct mem_tally t = {0, 0};
+    t0 = now_ms();
+    for (uint64_t p = 0; p < pages; p++) mem_check(base, p, seed + gen[p] * GOLDEN, &t, &total);
+    mem_report("verify", 0, mib, pages, pages, now_ms() - t0, &t);
+    munmap(base, bytes);
+    free(gen);
+    note_corruption("page", total.first_bad_page, total.errors);
+    return total.errors ? 1 : 0;
+}
+
 /* ---- disk ----------------------------------------------------------------------------------- */
 
 /* Returns 0 ok, 1 corruption, 2 error. */
@@ -725,6 +793,7 @@ static int run_command(int argc, char **argv) {
         }
         return 0;
     }
+    if (strcmp(argv[0], "churn") == 0) return cmd_churn(argc, argv);
     if (strcmp(argv[0], "idle") == 0) {
         char *end = NULL;
         long secs = argc == 2 ? strtol(argv[1], &end, 10) : -1;
@@ -735,7 +804,7 @@ static int run_command(int argc, char **argv) {
         sleep((unsigned)secs);
         return 0;
     }
-    error_line("unknown workload command '%s' (expected mem, disk, idle or noop)", argv[0]);
+    error_line("unknown workload command '%s' (expected mem, disk, churn, idle or noop)", argv[0]);
     return 2;
 }
 

@@ -84,7 +84,10 @@ impl ControlClient {
         let pid = self.pid;
         let (timeout, action, note, stopped_late) = match request {
             Request::Status => (STATUS_TIMEOUT, "", "", ""),
-            Request::Set { .. } => (
+            Request::Set { .. }
+            | Request::Migrate { .. }
+            | Request::MigrateFinish
+            | Request::MigrateCancel => (
                 SET_TIMEOUT,
                 "; not changed",
                 " (the change may still be applied)",
@@ -146,6 +149,12 @@ impl ControlClient {
     /// The process's status.
     pub fn status(&mut self) -> Result<ProcessStatus, ControlError> {
         self.request(&Request::Status)
+    }
+
+    /// Starts, finishes or cancels a live migration; returns the status (its `migration`
+    /// shows the progress).
+    pub fn migrate(&mut self, request: &Request) -> Result<ProcessStatus, ControlError> {
+        self.request(request)
     }
 
     /// Sets a new budget and/or policy; returns the new status.

@@ -118,6 +118,15 @@ pub enum ControlError {
         message: String,
     },
 
+    /// A migration request is refused.
+    #[error("migrate: {what}: {reason}")]
+    Migrate {
+        /// The part at fault (destination, key file, bandwidth limit, downtime limit).
+        what: String,
+        /// Why it is refused.
+        reason: String,
+    },
+
     /// A budget is out of range.
     #[error("budget {reason}")]
     Budget {

@@ -11,6 +11,7 @@ use crate::connection_limits::{ConnectionLimits, Refusal};
 use crate::control_error::ControlError;
 use crate::deadline_stream::DeadlineStream;
 use crate::host_memory::mem_total_bytes;
+use crate::migrate_rules::MigrateRules;
 use crate::peer_credentials::PeerCredentials;
 use crate::process_status::ProcessStatus;
 use crate::protocol::{
@@ -38,6 +39,32 @@ pub trait ControlHandler: Send + Sync {
     /// Applies a new budget and/or policy, already checked with [`SetRules`] (host RAM, the
     /// chunk size of [`status`](Self::status), a live policy); `Err` is a one-line reason.
     fn set(&self, budget_bytes: Option<u64>, policy: Option<&str>) -> Result<(), String>;
+    /// Starts, finishes or cancels a live migration (a start already checked with
+    /// [`MigrateRules`]); `Err` is a one-line reason. Processes that cannot migrate refuse.
+    fn migrate(&self, command: MigrateCommand) -> Result<(), String> {
+        let _ = command;
+        Err("this process cannot migrate its memory".into())
+    }
+}
+
+/// A migration request, checked, as the handler gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrateCommand {
+    /// Start sending memory to `to`.
+    Start {
+        /// The destination.
+        to: std::net::SocketAddr,
+        /// The shared key file.
+        key_file: PathBuf,
+        /// Bytes per second at most.
+        max_bandwidth: Option<u64>,
+        /// Rounds end once a round's changes fit this long at the measured rate.
+        downtime_limit_ms: u64,
+    },
+    /// Send the last round and wait for the destination's acknowledgement.
+    Finish,
+    /// Stop and let the destination discard what it received.
+    Cancel,
 }
 
 /// A listening control socket at `DIR/PID.sock` (mode 0600) and the thread serving it: one
@@ -156,7 +183,36 @@ fn respond_to(request: Result<Request, ControlError>, handler: &dyn ControlHandl
                 Err(e) => Response::error(e),
             }
         }
+        Ok(Request::Migrate {
+            to,
+            key_file,
+            max_bandwidth,
+            downtime_limit_ms,
+        }) => {
+            let to = match MigrateRules.check(&to, &key_file, max_bandwidth, downtime_limit_ms) {
+                Ok(to) => to,
+                Err(e) => return Response::error(e.to_string()),
+            };
+            migrate(
+                handler,
+                MigrateCommand::Start {
+                    to,
+                    key_file: key_file.into(),
+                    max_bandwidth,
+                    downtime_limit_ms,
+                },
+            )
+        }
+        Ok(Request::MigrateFinish) => migrate(handler, MigrateCommand::Finish),
+        Ok(Request::MigrateCancel) => migrate(handler, MigrateCommand::Cancel),
         Err(e) => Response::error(e.to_string()),
+    }
+}
+
+fn migrate(handler: &dyn ControlHandler, command: MigrateCommand) -> Response {
+    match handler.migrate(command) {
+        Ok(()) => Response::status(handler.status()),
+        Err(e) => Response::error(e),
     }
 }
 

@@ -25,12 +25,17 @@ pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
 /// Swap mapper and false-read preventer for reads of disk images into guest RAM: `on`
 /// (default) or `off`.
 pub const SWAP_MAPPER: &str = "MEMVISOR_SWAP_MAPPER";
+/// Live migration destination: the `IP:PORT` the process listens on for a source's memory
+/// (`memvisor run --migration-listen`).
+pub const MIGRATION_LISTEN: &str = "MEMVISOR_MIGRATION_LISTEN";
+/// Live migration destination: the shared key file peers must prove they hold.
+pub const MIGRATION_KEY: &str = "MEMVISOR_MIGRATION_KEY";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 14] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -43,4 +48,6 @@ pub const ALL: [&str; 12] = [
     BUSY_POLL_US,
     ON_SWAP_FULL,
     SWAP_MAPPER,
+    MIGRATION_LISTEN,
+    MIGRATION_KEY,
 ];

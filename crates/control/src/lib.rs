@@ -6,7 +6,9 @@
 //! user; the socket is 0600 and only root or the process's own user may talk to it, checked
 //! with `SO_PEERCRED`). The [`protocol`] is versioned JSON lines, length-limited: `status`
 //! returns a [`ProcessStatus`] (budget, policy, and per-region resident, swapped, faults, I/O),
-//! `set` changes the budget and policy at run time, checked by [`SetRules`] on both sides.
+//! `set` changes the budget and policy at run time, checked by [`SetRules`] on both sides;
+//! `migrate`, `migrate_finish` and `migrate_cancel` drive a live migration of the process's
+//! guest memory (checked by [`MigrateRules`]; progress in [`ProcessStatus::migration`]).
 //! [`ControlClient`] is what `memvisor stat`, `top` and `set` use; [`ControlServer`] runs
 //! inside the managed process. [`prometheus::render`] and [`MetricsServer`] expose the same
 //! numbers as Prometheus text on loopback (`memvisor run --metrics ADDR`). Both servers serve
@@ -25,6 +27,8 @@ pub mod host_memory;
 pub mod http_request;
 pub mod launch_env;
 mod metrics_server;
+mod migrate_rules;
+mod migration_status;
 mod peer_credentials;
 mod process_state;
 mod process_status;
@@ -38,12 +42,15 @@ pub use connection_limits::{ConnectionLimits, ConnectionSlot, Refusal};
 pub use control_client::{ControlClient, SET_TIMEOUT, STATUS_TIMEOUT};
 pub use control_error::ControlError;
 pub use control_server::{
-    ControlHandler, ControlServer, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID, REQUEST_DEADLINE,
+    ControlHandler, ControlServer, MigrateCommand, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID,
+    REQUEST_DEADLINE,
 };
 pub use deadline_stream::{DeadlineStream, TimeoutSocket};
 pub use duration::parse_duration;
 pub use http_request::MetricsRequest;
 pub use metrics_server::{parse_metrics_addr, MetricsServer};
+pub use migrate_rules::{MigrateRules, MAX_DOWNTIME_LIMIT_MS, MIN_BANDWIDTH};
+pub use migration_status::MigrationStatus;
 pub use peer_credentials::PeerCredentials;
 pub use process_state::ProcessState;
 pub use process_status::{ProcessStatus, RegionStatus};

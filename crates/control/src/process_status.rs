@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::migration_status::MigrationStatus;
+
 /// The state of one managed process: its budget, policy, and every managed region.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -27,6 +29,9 @@ pub struct ProcessStatus {
     pub unmanaged_mappings: u64,
     /// Managed regions.
     pub regions: Vec<RegionStatus>,
+    /// The live migration this process takes part in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationStatus>,
 }
 
 /// One managed region's state and counters.

@@ -45,6 +45,26 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<String>,
     },
+    /// Start a live migration of the process's guest memory to a destination process
+    /// listening at `to` (checked with [`MigrateRules`](crate::MigrateRules)); answered with
+    /// the status, whose `migration` shows the progress.
+    Migrate {
+        /// The destination's `IP:PORT`.
+        to: String,
+        /// Absolute path of the shared key file.
+        key_file: String,
+        /// Bytes per second at most (unlimited if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bandwidth: Option<u64>,
+        /// The rounds are over (converged) once what changed in one round fits this long at
+        /// the measured rate.
+        downtime_limit_ms: u64,
+    },
+    /// Send the last round (the guest is paused) and wait for the destination's
+    /// acknowledgement, in the background; the status shows `completed` when it arrived.
+    MigrateFinish,
+    /// Stop the migration; the destination discards what it received.
+    MigrateCancel,
 }
 
 /// What a managed process answers.
@@ -225,8 +245,17 @@ mod tests {
                 budget_bytes: None,
                 policy: Some("clock".into()),
             },
+            Request::Migrate {
+                to: "127.0.0.1:7070".into(),
+                key_file: "/etc/memvisor/key".into(),
+                max_bandwidth: Some(1 << 30),
+                downtime_limit_ms: 300,
+            },
+            Request::MigrateFinish,
+            Request::MigrateCancel,
         ] {
             let line = encode_request(&r);
+            assert!(line.len() <= MAX_REQUEST_BYTES);
             assert!(line.ends_with(b"\n"));
             assert_eq!(decode_request(&line).unwrap(), r);
         }

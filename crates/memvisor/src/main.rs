@@ -3,6 +3,7 @@
 
 mod dedup_command;
 mod host_memory;
+mod migrate_command;
 mod run_command;
 mod scrub_command;
 mod set_command;
@@ -43,6 +44,9 @@ enum Command {
     Top(top_command::TopArgs),
     /// Change a managed process's budget or policy at run time.
     Set(set_command::SetArgs),
+    /// Live-migrate a QEMU under memvisor to a destination QEMU under memvisor, moving guest
+    /// memory pager to pager (swapped pages straight from swap, never faulted in).
+    Migrate(migrate_command::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat_command::run(args).map_err(|e| e.to_string()),
         Command::Top(args) => top_command::run(args).map_err(|e| e.to_string()),
         Command::Set(args) => set_command::run(args).map_err(|e| e.to_string()),
+        Command::Migrate(args) => migrate_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

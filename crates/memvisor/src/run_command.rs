@@ -85,6 +85,15 @@ pub struct RunArgs {
     /// Allow a non-loopback --metrics address.
     #[arg(long, requires = "metrics")]
     metrics_allow_remote: bool,
+    /// Live migration destination: listen on IP:PORT for the guest memory of a source QEMU
+    /// (`memvisor migrate` on the source host); start QEMU with `-incoming defer`. What arrives
+    /// goes into guest RAM up to the budget and straight to swap after that.
+    #[arg(long, value_name = "IP:PORT", requires = "migration_key")]
+    migration_listen: Option<String>,
+    /// Shared key file a migration source must prove it holds (32 to 4096 bytes, mode 0600,
+    /// owned by you or root). Create one with `head -c 32 /dev/urandom > FILE; chmod 600 FILE`.
+    #[arg(long, value_name = "FILE", requires = "migration_listen")]
+    migration_key: Option<PathBuf>,
     /// Also manage children the program execs (by default they run without memvisor).
     #[arg(long)]
     manage_children: bool,
@@ -219,6 +228,8 @@ struct Plan {
     arena: u64,
     library: PathBuf,
     control_dir: PathBuf,
+    /// Live migration destination: address and key file (absolute).
+    migration_in: Option<(std::net::SocketAddr, PathBuf)>,
 }
 
 fn plan(args: &RunArgs) -> Result<Plan, RunError> {
@@ -311,6 +322,10 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             args.on_swap_full
         );
     }
+    let migration_in = match (&args.migration_listen, &args.migration_key) {
+        (Some(addr), Some(key)) => Some(migration_destination(addr, key)?),
+        _ => None,
+    };
     Region::check_supported().map_err(|e| RunError::Userfaultfd(e.to_string()))?;
     let library = preload_library()?;
     let control_dir = socket_dir::default_control_dir();
@@ -324,7 +339,37 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         arena,
         library,
         control_dir,
+        migration_in,
     })
+}
+
+/// `--migration-listen` and `--migration-key`: a numeric `IP:PORT` that can be bound now, and
+/// a key file the library will accept (the checks the library makes again at start).
+fn migration_destination(
+    addr: &str,
+    key: &Path,
+) -> Result<(std::net::SocketAddr, PathBuf), RunError> {
+    let value =
+        |arg: &'static str, given: String, reason: String| RunError::Value { arg, given, reason };
+    let parsed: std::net::SocketAddr = addr.parse().map_err(|_| {
+        value(
+            "migration-listen",
+            addr.into(),
+            "expected IP:PORT, for example 0.0.0.0:7070".into(),
+        )
+    })?;
+    std::net::TcpListener::bind(parsed).map_err(|e| {
+        value(
+            "migration-listen",
+            addr.into(),
+            format!("cannot listen there: {e}"),
+        )
+    })?;
+    let key_path = std::path::absolute(key)
+        .map_err(|e| value("migration-key", key.display().to_string(), e.to_string()))?;
+    memvisor_migration::MigrationKey::load(&key_path)
+        .map_err(|e| value("migration-key", key.display().to_string(), e.to_string()))?;
+    Ok((parsed, key_path))
 }
 
 /// The child's pid, for the signal forwarder.
@@ -392,6 +437,10 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::PRELOAD_LIBRARY, &plan.library);
     if args.manage_children {
         cmd.env(launch_env::MANAGE_CHILDREN, "1");
+    }
+    if let Some((addr, key)) = &plan.migration_in {
+        cmd.env(launch_env::MIGRATION_LISTEN, addr.to_string())
+            .env(launch_env::MIGRATION_KEY, key);
     }
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the child between fork and exec and calls only

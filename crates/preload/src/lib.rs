@@ -49,6 +49,7 @@ pub mod image_io;
 mod interposer;
 mod library_init;
 pub mod managed_process;
+mod migration_service;
 mod pager_worker;
 pub mod preload_config;
 mod preload_error;

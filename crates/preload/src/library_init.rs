@@ -9,10 +9,11 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use memvisor_control::{launch_env, ControlHandler, ControlServer, ProcessStatus};
+use memvisor_control::{launch_env, ControlHandler, ControlServer, MigrateCommand, ProcessStatus};
 
 use crate::credential_mirror;
 use crate::managed_process;
+use crate::migration_service;
 use crate::preload_config::PreloadConfig;
 use crate::shim_guard::ShimGuard;
 
@@ -32,6 +33,9 @@ impl ControlHandler for ProcessControl {
     }
     fn set(&self, budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
         managed_process::set(budget, policy)
+    }
+    fn migrate(&self, command: MigrateCommand) -> Result<(), String> {
+        migration_service::command(command)
     }
 }
 
@@ -148,6 +152,7 @@ extern "C" fn library_start() {
         clean_environment();
     }
     let control_dir = config.control_dir.clone();
+    let migration_in = config.migration_listen.zip(config.migration_key.clone());
     memvisor_pager::set_thread_start_hook(credential_mirror::prepare_library_thread);
     if let Err(e) = managed_process::start(config, program_name()) {
         fail(&e.to_string());
@@ -158,6 +163,11 @@ extern "C" fn library_start() {
             let _ = SERVER.set(s);
         }
         Err(e) => fail(&e.to_string()),
+    }
+    if let Some((addr, key)) = migration_in {
+        if let Err(e) = migration_service::start_destination(addr, &key) {
+            fail(&e.to_string());
+        }
     }
     // SAFETY: registers a plain function without arguments as the child-side fork handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };

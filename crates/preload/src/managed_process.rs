@@ -17,7 +17,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
 use memvisor_control::{ProcessStatus, RegionStatus};
@@ -78,7 +78,8 @@ impl FixedKind {
 
 #[derive(Debug)]
 struct FixedRegion {
-    region: Region,
+    /// Shared with a live migration while one runs (see [`guest_memory_regions`]).
+    region: Arc<Region>,
     kind: FixedKind,
     slot: usize,
     discards: u64,
@@ -316,7 +317,10 @@ impl ManagedProcess {
             jobs.push((RegionRef(a), self.share(self.arena_weight(), total)));
         }
         for f in &self.fixed {
-            jobs.push((RegionRef(&f.region), self.share(f.region.len(), total)));
+            jobs.push((
+                RegionRef(Arc::as_ptr(&f.region)),
+                self.share(f.region.len(), total),
+            ));
         }
         for (r, budget) in jobs {
             // SAFETY: the state lock is held by our caller while the worker runs this, so the
@@ -394,6 +398,7 @@ impl ManagedProcess {
             started_unix_ms: self.started_ms,
             unmanaged_mappings: self.unmanaged,
             regions,
+            migration: crate::migration_service::status(),
         }
     }
 }
@@ -441,7 +446,7 @@ pub fn set(budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
     if let Some(spec) = spec {
         let mut regions: Vec<RegionRef> =
             arena_region().map(|a| RegionRef(a)).into_iter().collect();
-        regions.extend(p.fixed.iter().map(|f| RegionRef(&f.region)));
+        regions.extend(p.fixed.iter().map(|f| RegionRef(Arc::as_ptr(&f.region))));
         for r in regions {
             let spec = spec.clone();
             // SAFETY: the state lock is held until the worker has run this, so the region
@@ -634,7 +639,7 @@ pub fn fixed_map(
     FIXED_COUNT.fetch_add(1, Ordering::AcqRel);
     let memfd_key = region.memfd_key().ok();
     p.fixed.push(FixedRegion {
-        region,
+        region: Arc::new(region),
         kind,
         slot,
         discards: 0,
@@ -663,6 +668,9 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
         FIXED_SPANS[slot].1.store(0, Ordering::Release);
         FIXED_COUNT.fetch_sub(1, Ordering::AcqRel);
         let f = p.fixed.remove(i);
+        // A migration reading the region lets go of it first (it is cancelled): the mapping
+        // must be gone when the program's munmap returns.
+        crate::migration_service::release_region(&f.region);
         drop(f.region);
         if let Err(e) = p.rebalance() {
             eprintln!("memvisor-preload: rebalancing budgets: {e}");
@@ -670,7 +678,7 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
         return Ok(());
     }
     p.fixed[i].discards += 1;
-    let r = RegionRef(&p.fixed[i].region);
+    let r = RegionRef(Arc::as_ptr(&p.fixed[i].region));
     // SAFETY: the state lock is held until the worker has run this.
     run_on_worker(move || {
         // SAFETY: the state lock is held by the waiting caller, so the region is alive.
@@ -692,7 +700,7 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
         .ok_or(libc::EINVAL)?;
     f.discards += 1;
     let start = f.region.as_ptr() as usize;
-    let r = RegionRef(&f.region);
+    let r = RegionRef(Arc::as_ptr(&f.region));
     // SAFETY: the state lock is held until the worker has run this.
     run_on_worker(move || {
         // SAFETY: the state lock is held by the waiting caller, so the region is alive.
@@ -736,6 +744,22 @@ pub fn with_fixed_memfd<R>(
         .find(|f| f.memfd_key == Some(key))?;
     fixed.discards += 1;
     Some(f(&fixed.region))
+}
+
+/// The guest-memory regions (QEMU `memory-backend-memfd` RAM) in the order they were created:
+/// what a live migration moves. A region unmapped while a migration holds it cancels the
+/// migration first ([`fixed_unmap`]).
+pub fn guest_memory_regions() -> Vec<Arc<Region>> {
+    let guard = lock();
+    let Some(p) = guard.as_ref() else {
+        return Vec::new();
+    };
+    // `fixed` keeps creation order (removals shift, never reorder).
+    p.fixed
+        .iter()
+        .filter(|f| matches!(f.kind, FixedKind::GuestMemfd))
+        .map(|f| f.region.clone())
+        .collect()
 }
 
 /// Whether any fixed region exists (lock-free).

@@ -43,6 +43,10 @@ pub struct PreloadConfig {
     /// Whether reads of disk images into guest RAM go through the swap mapper and the
     /// false-read preventer ([`image_io`](crate::image_io)).
     pub swap_mapper: bool,
+    /// Live migration destination: where to listen for a source's memory.
+    pub migration_listen: Option<std::net::SocketAddr>,
+    /// Live migration destination: the shared key file.
+    pub migration_key: Option<PathBuf>,
 }
 
 impl PreloadConfig {
@@ -154,6 +158,28 @@ impl PreloadConfig {
                 })
             }
         };
+        let migration_listen = match get(launch_env::MIGRATION_LISTEN) {
+            None => None,
+            Some(v) => Some(v.trim().parse().map_err(|_| PreloadError::Env {
+                name: launch_env::MIGRATION_LISTEN,
+                value: v.clone(),
+                reason: "expected IP:PORT".into(),
+            })?),
+        };
+        let migration_key = get(launch_env::MIGRATION_KEY).map(PathBuf::from);
+        if migration_listen.is_some() != migration_key.is_some() {
+            return Err(PreloadError::Env {
+                name: launch_env::MIGRATION_KEY,
+                value: migration_key
+                    .map(|k| k.display().to_string())
+                    .unwrap_or_default(),
+                reason: format!(
+                    "{} and {} go together",
+                    launch_env::MIGRATION_LISTEN,
+                    launch_env::MIGRATION_KEY
+                ),
+            });
+        }
         Ok(Some(Self {
             budget,
             policy,
@@ -170,6 +196,8 @@ impl PreloadConfig {
             busy_poll,
             on_swap_full,
             swap_mapper,
+            migration_listen,
+            migration_key,
         }))
     }
 }
@@ -185,6 +213,37 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         PreloadConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_migration_destination_needs_address_and_key() {
+        let c = read(&[
+            (launch_env::BUDGET, "67108864"),
+            (launch_env::MIGRATION_LISTEN, "127.0.0.1:7070"),
+            (launch_env::MIGRATION_KEY, "/etc/k"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.migration_listen, Some("127.0.0.1:7070".parse().unwrap()));
+        assert_eq!(
+            c.migration_key.as_deref(),
+            Some(std::path::Path::new("/etc/k"))
+        );
+        let e = read(&[
+            (launch_env::BUDGET, "67108864"),
+            (launch_env::MIGRATION_LISTEN, "127.0.0.1:7070"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("go together"), "{e}");
+        let e = read(&[
+            (launch_env::BUDGET, "67108864"),
+            (launch_env::MIGRATION_LISTEN, "localhost:7070"),
+            (launch_env::MIGRATION_KEY, "/etc/k"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("IP:PORT"), "{e}");
     }
 
     #[test]

@@ -27,4 +27,8 @@ pub enum PreloadError {
     /// The control socket could not be set up.
     #[error("control socket: {0}")]
     Control(#[from] memvisor_control::ControlError),
+
+    /// The live-migration destination could not start (key file, listening address).
+    #[error("migration: {0}")]
+    Migration(String),
 }

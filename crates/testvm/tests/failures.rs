@@ -31,7 +31,7 @@ fn unknown_command_is_a_clear_error() {
     };
     assert_eq!(
         workload_error(&image, "frobnicate 12"),
-        "unknown workload command 'frobnicate' (expected mem, disk, idle or noop)"
+        "unknown workload command 'frobnicate' (expected mem, disk, churn, idle or noop)"
     );
 }
 

@@ -1,0 +1,45 @@
+//! [`MigrationStatus`]: the progress of a live migration of a managed process's memory, as
+//! `memvisor stat --json` and `memvisor migrate` see it (both ends report one).
+
+use serde::{Deserialize, Serialize};
+
+/// One end of a live migration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MigrationStatus {
+    /// `source` (sends memory) or `destination` (receives it).
+    pub role: String,
+    /// `connecting`, `sending` (rounds run while the guest runs), `finishing` (the last
+    /// round, guest paused), `completed`, `failed`, `cancelled` (source); `listening`,
+    /// `receiving`, `completed` (destination).
+    pub state: String,
+    /// The other end's address.
+    pub peer: String,
+    /// Rounds completed (round 0 sends everything, later ones what changed).
+    pub rounds: u32,
+    /// Pages whose data crossed the connection.
+    pub pages: u64,
+    /// Pages sent (or received) as "now zero" without data.
+    pub zero_pages: u64,
+    /// Bytes on the wire (framing and MACs included).
+    pub wire_bytes: u64,
+    /// Pages that changed during the last completed round (what the next one sends).
+    pub last_round_changed_pages: u64,
+    /// Destination: pages installed in memory.
+    pub pages_to_memory: u64,
+    /// Destination: pages written straight to swap.
+    pub pages_to_swap: u64,
+    /// Milliseconds since the migration started (or took until it ended).
+    pub elapsed_ms: u64,
+    /// Why it failed (set with state `failed`, or on the destination the last refused or
+    /// broken attempt while it listens again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl MigrationStatus {
+    /// Whether the migration is over (completed, failed or cancelled).
+    pub fn is_over(&self) -> bool {
+        matches!(self.state.as_str(), "completed" | "failed" | "cancelled")
+    }
+}

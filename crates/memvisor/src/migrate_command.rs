@@ -1,0 +1,330 @@
+//! `memvisor migrate PID`: live migration of a QEMU running under `memvisor run` to a
+//! destination QEMU running under `memvisor run --migration-listen ADDR --migration-key FILE
+//! ... -incoming defer` (seed 003, section 3).
+//!
+//! memvisor moves guest memory itself, pager to pager, and QEMU only device state (capability
+//! `x-ignore-shared`; `return-path` so a failed load reaches the source;
+//! `pause-before-switchover` so the last memory round runs with the guest paused):
+//!
+//! 1. the source pager sends every chunk holding data (resident ones first, swapped ones
+//!    straight from its swap file) while the guest runs, then rounds of what changed, until a
+//!    round's changes fit the downtime limit;
+//! 2. the source QEMU starts its device-state migration and stops in `pre-switchover`;
+//! 3. the last memory round goes, the destination acknowledges every page;
+//! 4. `migrate-continue`: QEMU sends device state, the destination loads it (guest memory is
+//!    complete by then) and runs.
+//!
+//! Any failure before step 4 cancels both migrations: the source guest keeps running, the
+//! destination discards what it received and listens again.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use memvisor_control::{
+    format_bytes, parse_duration, socket_dir, ByteSize, ControlClient, ControlError, MigrateRules,
+    MigrationStatus, Request,
+};
+use memvisor_migration::MigrationKey;
+use memvisor_qmp::{QmpAddress, QmpClient, QmpError};
+
+/// Arguments of `memvisor migrate`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The destination QEMU must run under `memvisor run --migration-listen IP:PORT --migration-key \
+FILE`, started with `-incoming defer` (or `-incoming URI` equal to --device-uri), the same \
+guest RAM size and memory-backend-memfd,share=on. Both QEMUs need a QMP socket.
+
+Example (one host):
+  memvisor migrate 4242 --to 127.0.0.1:7070 --key /etc/memvisor/migration.key \\
+      --qmp /run/src.qmp --dest-qmp /run/dst.qmp --device-uri tcp:127.0.0.1:7071")]
+pub struct MigrateArgs {
+    /// Process id of the source QEMU (started by `memvisor run`).
+    pid: u32,
+    /// The destination's memory address (its --migration-listen), IP:PORT.
+    #[arg(long, value_name = "IP:PORT")]
+    to: String,
+    /// Shared key file (32 to 4096 bytes, mode 0600; the destination's --migration-key).
+    #[arg(long, value_name = "FILE")]
+    key: PathBuf,
+    /// QMP socket of the source QEMU (PATH, unix:PATH or tcp:HOST:PORT).
+    #[arg(long, value_name = "ADDR")]
+    qmp: String,
+    /// QMP socket of the destination QEMU.
+    #[arg(long, value_name = "ADDR")]
+    dest_qmp: String,
+    /// Where the source QEMU sends device state (the destination's -incoming URI).
+    #[arg(long, value_name = "URI")]
+    device_uri: String,
+    /// Memory bandwidth limit (bytes per second: 100M, 1G); unlimited by default.
+    #[arg(long, value_name = "SIZE")]
+    max_bandwidth: Option<String>,
+    /// Rounds end once one round's changes would go in this long.
+    #[arg(long, value_name = "DURATION", default_value = "300ms")]
+    downtime_limit: String,
+    /// Give up (cancelling cleanly) if the memory rounds have not converged by then.
+    #[arg(long, value_name = "DURATION", default_value = "600s")]
+    converge_timeout: String,
+}
+
+/// Why `memvisor migrate` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// An argument is malformed or refused.
+    #[error("{0}")]
+    Argument(String),
+    /// The control socket of the source.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// A QMP exchange.
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    /// The migration failed; both sides were rolled back.
+    #[error("{0}")]
+    Failed(String),
+}
+
+const QMP_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(50);
+
+/// Runs the whole migration and prints progress (stderr) and a summary (stdout).
+pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
+    let arg = |e: String| MigrateError::Argument(e);
+    let max_bandwidth = match &args.max_bandwidth {
+        Some(t) => match ByteSize::parse(t).map_err(|e| arg(format!("--max-bandwidth: {e}")))? {
+            ByteSize::Bytes(b) => Some(b),
+            ByteSize::Percent(_) => {
+                return Err(arg(format!(
+                    "--max-bandwidth {t}: give bytes per second, not a percentage"
+                )))
+            }
+        },
+        None => None,
+    };
+    let duration = |flag: &str, text: &str| match parse_duration(text) {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(arg(format!("--{flag} {text}: must be more than 0"))),
+        Err(e) => Err(arg(format!("--{flag} {text}: {e}"))),
+    };
+    let downtime = duration("downtime-limit", &args.downtime_limit)?;
+    let converge_timeout = duration("converge-timeout", &args.converge_timeout)?;
+    let key_file = std::path::absolute(&args.key)
+        .map_err(|e| arg(format!("--key {}: {e}", args.key.display())))?;
+    let key_text = key_file.to_string_lossy().into_owned();
+    let downtime_ms = downtime.as_millis() as u64;
+    MigrateRules.check(&args.to, &key_text, max_bandwidth, downtime_ms)?;
+    MigrationKey::load(&key_file).map_err(|e| arg(format!("--key: {e}")))?;
+    let qmp_addr = |flag: &str, text: &str| {
+        text.parse::<QmpAddress>()
+            .map_err(|e| arg(format!("--{flag}: {e}")))
+    };
+    let (src_addr, dst_addr) = (
+        qmp_addr("qmp", &args.qmp)?,
+        qmp_addr("dest-qmp", &args.dest_qmp)?,
+    );
+
+    let mut control = ControlClient::connect(&socket_dir::find_socket_dir(args.pid), args.pid)?;
+    let mut src = QmpClient::connect(&src_addr, QMP_TIMEOUT)?;
+    let mut dst = QmpClient::connect(&dst_addr, QMP_TIMEOUT)?;
+    let was_running = src.query_status()?.running;
+    let dst_state = dst.query_status()?.status;
+    if dst_state != "inmigrate" {
+        return Err(arg(format!(
+            "the destination QEMU ({dst_addr}) is '{dst_state}', not waiting for a migration \
+             (start it with -incoming defer)"
+        )));
+    }
+    for (q, source) in [(&mut src, true), (&mut dst, false)] {
+        let mut caps = vec![("x-ignore-shared", true), ("return-path", true)];
+        if source {
+            caps.push(("pause-before-switchover", true));
+        }
+        q.set_migration_capabilities(&caps)?;
+    }
+    let mut params = serde_json::json!({ "downtime-limit": downtime_ms });
+    if let Some(b) = max_bandwidth {
+        params["max-bandwidth"] = b.into();
+    }
+    src.set_migration_parameters(params)?;
+
+    let started = Instant::now();
+    control.migrate(&Request::Migrate {
+        to: args.to.clone(),
+        key_file: key_text,
+        max_bandwidth,
+        downtime_limit_ms: downtime_ms,
+    })?;
+    let mut run = Migration {
+        control: &mut control,
+        src: &mut src,
+        dst: &mut dst,
+        was_running,
+        qemu_started: false,
+        last_print: Instant::now(),
+    };
+    match run.drive(&args.device_uri, converge_timeout) {
+        Ok(summary) => {
+            print_summary(&summary, started.elapsed());
+            Ok(())
+        }
+        Err(e) => {
+            run.roll_back();
+            Err(e)
+        }
+    }
+}
+
+/// A running migration's two QMP clients and the source's control socket.
+struct Migration<'a> {
+    control: &'a mut ControlClient,
+    src: &'a mut QmpClient,
+    dst: &'a mut QmpClient,
+    was_running: bool,
+    qemu_started: bool,
+    last_print: Instant,
+}
+
+/// What a completed migration reports.
+struct Summary {
+    memory: MigrationStatus,
+    downtime_ms: Option<u64>,
+    device_bytes: Option<u64>,
+    destination_state: String,
+}
+
+impl Migration<'_> {
+    fn drive(
+        &mut self,
+        device_uri: &str,
+        converge_timeout: Duration,
+    ) -> Result<Summary, MigrateError> {
+        // 1. Memory rounds while the guest runs.
+        let deadline = Instant::now() + converge_timeout;
+        let m = self.wait_memory(&["converged"], Some(deadline))?;
+        eprintln!(
+            "memvisor: memory converged after {} rounds ({} pages, {}); starting device state",
+            m.rounds,
+            m.pages,
+            format_bytes(m.wire_bytes)
+        );
+        // 2. Device state, up to the pause.
+        match self.dst.migrate_incoming(device_uri) {
+            Ok(()) => {}
+            // Started with `-incoming URI`: it listens already.
+            Err(QmpError::Command { desc, .. }) if desc.contains("already") => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.qemu_started = true;
+        self.src.migrate(device_uri)?;
+        self.src
+            .wait_migration_status(&["pre-switchover"], Duration::from_secs(60))?;
+        // 3. The last memory round, guest paused.
+        self.control.migrate(&Request::MigrateFinish)?;
+        let memory = self.wait_memory(&["completed"], None)?;
+        // 4. Switch over.
+        self.src.migrate_continue("pre-switchover")?;
+        let info = self
+            .src
+            .wait_migration_status(&["completed"], Duration::from_secs(60))?;
+        let mut state = self.dst.query_status()?;
+        let until = Instant::now() + Duration::from_secs(30);
+        while state.status == "inmigrate" && Instant::now() < until {
+            std::thread::sleep(POLL);
+            state = self.dst.query_status()?;
+        }
+        if self.was_running && !state.running && state.status == "paused" {
+            // Started with -S: run it, as the source ran.
+            self.dst.execute("cont", None)?;
+            state = self.dst.query_status()?;
+        }
+        Ok(Summary {
+            memory,
+            downtime_ms: info.downtime_ms,
+            device_bytes: info.ram_transferred,
+            destination_state: state.status,
+        })
+    }
+
+    /// Polls the source's memory migration until its state is one of `wanted` (printing
+    /// progress about once a second); a failed or cancelled one, or the deadline, is an error.
+    fn wait_memory(
+        &mut self,
+        wanted: &[&str],
+        deadline: Option<Instant>,
+    ) -> Result<MigrationStatus, MigrateError> {
+        loop {
+            let status = self.control.status()?;
+            let Some(m) = status.migration else {
+                return Err(MigrateError::Failed(
+                    "the source reports no migration".into(),
+                ));
+            };
+            if wanted.contains(&m.state.as_str()) {
+                return Ok(m);
+            }
+            if m.is_over() {
+                return Err(MigrateError::Failed(format!(
+                    "memory migration {}: {}",
+                    m.state,
+                    m.error.as_deref().unwrap_or("no reason given")
+                )));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(MigrateError::Failed(format!(
+                    "memory did not converge in time: the last round changed {} pages (round {})",
+                    m.last_round_changed_pages, m.rounds
+                )));
+            }
+            if self.last_print.elapsed() >= Duration::from_secs(1) {
+                self.last_print = Instant::now();
+                eprintln!(
+                    "memvisor: {} round {}: {} pages sent ({} on the wire, {:.0} MB/s), last round changed {}",
+                    m.state,
+                    m.rounds,
+                    m.pages,
+                    format_bytes(m.wire_bytes),
+                    m.wire_bytes as f64 / 1e3 / m.elapsed_ms.max(1) as f64,
+                    m.last_round_changed_pages
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// After a failure: cancel both migrations; the source guest runs again if it ran.
+    fn roll_back(&mut self) {
+        let _ = self.control.migrate(&Request::MigrateCancel);
+        if self.qemu_started {
+            let _ = self.src.migrate_cancel();
+            let _ = self.src.wait_migration_status(
+                &["cancelled", "failed", "completed"],
+                Duration::from_secs(10),
+            );
+        }
+        if self.was_running {
+            if let Ok(s) = self.src.query_status() {
+                if !s.running {
+                    let _ = self.src.execute("cont", None);
+                }
+            }
+        }
+    }
+}
+
+fn print_summary(s: &Summary, total: Duration) {
+    let m = &s.memory;
+    println!(
+        "migrated in {:.2} s: {} rounds, {} pages of memory ({} sent as zero), {} on the wire",
+        total.as_secs_f64(),
+        m.rounds,
+        m.pages,
+        m.zero_pages,
+        format_bytes(m.wire_bytes),
+    );
+    println!(
+        "QEMU: downtime {} ms, device state {}; destination is {}",
+        s.downtime_ms.map_or("?".into(), |d| d.to_string()),
+        s.device_bytes.map_or("?".into(), format_bytes),
+        s.destination_state
+    );
+}

@@ -1,0 +1,258 @@
+//! Live migration (issue 11, seed 003 section 3) of real QEMU (TCG) guests between two
+//! `memvisor run`s on this host: `memvisor migrate` moves guest memory pager to pager while
+//! the guest keeps rewriting it (the `churn` workload verifies every page before rewriting
+//! it, then verifies all of it at the end, on whichever host it is by then), and QEMU moves
+//! only device state (`x-ignore-shared`). Both ends run with budgets far below the guest's
+//! memory, so the source sends swapped pages from its swap file and the destination writes
+//! what exceeds its budget straight to swap.
+//!
+//! Skipped (with `SKIPPED`) where QEMU or userfaultfd is unavailable, unless `CI=true`.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::*;
+use memvisor_control::ProcessStatus;
+use memvisor_testvm::{qemu_binary, GuestConfig, GuestImage, MemoryBackend, RunningGuest};
+
+const MIB: u64 = 1 << 20;
+
+fn image_or_skip(test: &str) -> Option<GuestImage> {
+    if !userfaultfd_usable() {
+        return None;
+    }
+    GuestImage::for_test(test)
+}
+
+/// A key file of 32 random bytes, mode 0600.
+fn key_file(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut r| std::io::Read::read_exact(&mut r, &mut bytes))
+        .unwrap();
+    f.write_all(&bytes).unwrap();
+    path
+}
+
+/// One end: a guest under `memvisor run` with its own control directory and QMP socket.
+struct End {
+    ctl: PathBuf,
+    qmp: PathBuf,
+    guest: Option<RunningGuest>,
+}
+
+impl End {
+    /// Starts `config` under `memvisor run --budget BUDGET EXTRA`, with `qemu_extra` appended
+    /// to QEMU's arguments.
+    fn start(
+        dir: &Path,
+        name: &str,
+        image: &GuestImage,
+        config: &GuestConfig,
+        budget: &str,
+        extra: &[&str],
+        qemu_extra: &[&str],
+    ) -> End {
+        let ctl = dir.join(format!("{name}-ctl"));
+        let qmp = dir.join(format!("{name}.qmp"));
+        let swap = dir.join(format!("{name}-swap"));
+        std::fs::create_dir(&swap).unwrap();
+        let config = config.clone().qmp_socket(&qmp);
+        let mut cmd = memvisor(&ctl);
+        cmd.args(["run", "--budget", budget, "--swap-dir"])
+            .arg(&swap)
+            .args(extra)
+            .arg("--")
+            .arg(qemu_binary().unwrap())
+            .args(config.qemu_args(image).unwrap())
+            .args(qemu_extra);
+        End {
+            ctl,
+            qmp,
+            guest: Some(RunningGuest::spawn(cmd).unwrap()),
+        }
+    }
+
+    /// The managed QEMU's status, once it answers (30 s at most).
+    fn status(&self) -> ProcessStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = first_managed_status(&self.ctl) {
+                if s.regions.iter().any(|r| r.kind == "guest-memfd") {
+                    return s;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} never answered with its guest RAM",
+                self.ctl.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn guest_region(&self) -> memvisor_control::RegionStatus {
+        self.status()
+            .regions
+            .into_iter()
+            .find(|r| r.kind == "guest-memfd")
+            .unwrap()
+    }
+
+    /// One QMP command on this end's socket; its reply line.
+    fn qmp(&self, command: &str) -> String {
+        let mut c = memvisor_qmp::QmpClient::connect(
+            &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        c.execute(command, None)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|e| e.to_string())
+    }
+}
+
+/// `memvisor migrate` of the source `src` to `dst` with `key`.
+fn migrate(src: &End, dst_port: u16, dst: &End, device_port: u16, key: &Path) -> Output {
+    let pid = src.status().pid.to_string();
+    memvisor(&src.ctl)
+        .args([
+            "migrate",
+            &pid,
+            "--to",
+            &format!("127.0.0.1:{dst_port}"),
+            "--key",
+        ])
+        .arg(key)
+        .arg("--qmp")
+        .arg(&src.qmp)
+        .arg("--dest-qmp")
+        .arg(&dst.qmp)
+        .args(["--device-uri", &format!("tcp:127.0.0.1:{device_port}")])
+        .output()
+        .unwrap()
+}
+
+/// A 512 MiB guest rewrites 192 MiB of its memory for 40 s under a 128 MiB budget. A first
+/// `memvisor migrate` with the wrong key is refused before any memory moves and leaves the
+/// source running; the second, with the right key, moves it to a destination with a 96 MiB
+/// budget while it keeps writing. The guest then finishes on the destination and finds every
+/// page as it wrote it.
+#[test]
+fn a_churning_guest_moves_to_a_smaller_destination_and_verifies() {
+    let Some(image) = image_or_skip("a_churning_guest_moves_to_a_smaller_destination_and_verifies")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "key");
+    let wrong = key_file(dir.path(), "wrong-key");
+    let config = GuestConfig::new(512, "churn 192 40")
+        .backend(MemoryBackend::Memfd)
+        .timeout(Duration::from_secs(150));
+    let (mem_port, dev_port) = (free_port(), free_port());
+    let listen = format!("127.0.0.1:{mem_port}");
+    let mut dst = End::start(
+        dir.path(),
+        "dst",
+        &image,
+        &config,
+        "96M",
+        &[
+            "--migration-listen",
+            &listen,
+            "--migration-key",
+            key.to_str().unwrap(),
+        ],
+        &["-incoming", "defer"],
+    );
+    let mut src = End::start(dir.path(), "src", &image, &config, "128M", &[], &[]);
+    // Wait until the guest has written its 192 MiB (most of it paged out by now).
+    let start = Instant::now();
+    loop {
+        let g = src.guest_region();
+        if g.resident_bytes + g.swapped_bytes >= 200 * MIB {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "guest never wrote: {g:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let swapped_before = src.guest_region().swapped_bytes;
+    assert!(
+        swapped_before > 64 * MIB,
+        "most of the guest is in swap: {swapped_before}"
+    );
+
+    let refused = migrate(&src, mem_port, &dst, dev_port, &wrong);
+    assert!(!refused.status.success());
+    let e = stderr(&refused);
+    assert!(e.contains("key"), "{e}");
+    assert!(
+        src.qmp("query-status").contains("\"running\":true"),
+        "the source guest keeps running after a refused migration"
+    );
+    let d = dst
+        .status()
+        .migration
+        .expect("the destination reports its end");
+    assert_eq!(d.state, "listening", "{d:?}");
+    assert!(d.error.as_deref().unwrap_or("").contains("key"), "{d:?}");
+
+    let out = migrate(&src, mem_port, &dst, dev_port, &key);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("migrated in"), "{text}");
+    eprintln!("{text}{}", stderr(&out));
+
+    let s = src.status().migration.expect("source migration status");
+    assert_eq!(s.state, "completed", "{s:?}");
+    let d = dst.status();
+    let m = d.migration.clone().expect("destination migration status");
+    assert_eq!(m.state, "completed", "{m:?}");
+    assert_eq!(
+        m.pages + m.zero_pages,
+        s.pages + s.zero_pages,
+        "{m:?} {s:?}"
+    );
+    assert!(
+        m.pages_to_swap > 0 && m.pages_to_memory > 0,
+        "the destination kept its budget and wrote the rest to swap: {m:?}"
+    );
+    let g = d.regions.iter().find(|r| r.kind == "guest-memfd").unwrap();
+    assert!(g.resident_bytes <= 96 * MIB + MIB, "{g:?}");
+    assert!(
+        src.qmp("query-status").contains("postmigrate"),
+        "the source stopped after the switchover"
+    );
+    let _ = src.qmp("quit");
+    drop(src.guest.take());
+
+    let run = dst
+        .guest
+        .take()
+        .unwrap()
+        .wait(Duration::from_secs(150))
+        .unwrap_or_else(|e| panic!("destination guest: {e}"));
+    let tail = run.console_tail(10);
+    let done = run.done().expect("done line");
+    assert!(done.ok && done.errors == 0, "{done:?}\n{tail}");
+    assert!(
+        tail.contains("phase=churn") && tail.contains("phase=verify"),
+        "the guest finished its work on the destination: {tail}"
+    );
+}

@@ -1,0 +1,106 @@
+//! The authenticated memory stream of memvisor's live migration.
+//!
+//! During a live migration the memvisor pager inside the source QEMU process sends guest
+//! memory straight to the pager inside the destination QEMU process over one TCP connection.
+//! This crate is that stream: a shared key file ([`MigrationKey`]), a mutual handshake, frames
+//! each with a MAC ([`MemoryStream`], pure protocol over any `Read + Write`), the [`Message`]s,
+//! a [`RateLimiter`] for the sender; and the two ends that move a pager's regions over it:
+//! [`MemorySender`] (source: rounds of pages read where they are, never faulted in) and
+//! [`MemoryReceiver`] (destination: pages in memory within the budget, the rest straight to
+//! swap), each reporting to a [`MigrationProgress`].
+//!
+//! Both pagers run as root next to untrusted local users, so nothing is accepted before the
+//! peer has proved it holds the key, every frame is authenticated, and every decoder refuses
+//! bad input with a one-line [`MigrationError`] instead of panicking or allocating from a
+//! length field it has not bounded.
+//!
+//! # Handshake
+//!
+//! ```text
+//! source                                          destination
+//!   Hello{magic "MVMIGRAT", version u32, role 1, nonce_s[32]} ──►
+//!   ◄── Hello{magic, version, role 2, nonce_d[32]}   (both sent at once, 45 bytes each)
+//!   k_src_to_dst = HMAC-SHA256(key, "memvisor-migration v1 key source->destination" || nonce_s || nonce_d)
+//!   k_dst_to_src = HMAC-SHA256(key, "memvisor-migration v1 key destination->source" || nonce_s || nonce_d)
+//!   proof_s = HMAC(k_src_to_dst, "proof" || hello_s || hello_d) ──►
+//!                                                 checks proof_s (constant time); if wrong,
+//!                                                 sends 32 refusal bytes, closes: KeyMismatch
+//!   ◄── proof_d = HMAC(k_dst_to_src, "proof" || hello_s || hello_d)
+//!   checks proof_d: KeyMismatch if wrong
+//! ```
+//!
+//! # Frames
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 3 | magic `"MVm"` |
+//! | 1 | message type ([`MessageKind`]) |
+//! | 4 | payload length, u32 LE, at most [`MAX_PAYLOAD`] (4 MiB + 64 KiB) |
+//! | length | payload ([`encode_payload`]) |
+//! | 32 | tag: HMAC-SHA256(direction key, sequence u64 LE ‖ header ‖ payload) |
+//!
+//! Sequence numbers count frames per direction from 0 and are never sent, so a replayed,
+//! reordered, dropped or reflected frame fails its MAC ([`MigrationError::Integrity`]). The
+//! receiver checks the length against [`MAX_PAYLOAD`] before reading and checks the MAC before
+//! looking at anything else.
+//!
+//! # Payloads (little-endian)
+//!
+//! | type | message | payload |
+//! |---|---|---|
+//! | 1 | `Begin` | count u32 (≤ 64), then per region: name length u16 (≤ 256), name UTF-8, bytes u64, page size u32 |
+//! | 2 | `Ready` | empty |
+//! | 3 | `Pages` | region u32, first page u64, page size u32 (power of two, 4 KiB..=2 MiB), count u32 (≥ 1), count × CRC32C u32, count × page size bytes |
+//! | 4 | `Zero` | region u32, first page u64, pages u64 (≥ 1) |
+//! | 5 | `RoundEnd` | round u32, pages u64 |
+//! | 6 | `Finish` | empty |
+//! | 7 | `Done` | pages u64, bytes u64 |
+//! | 8 | `Abort` | reason length u16 (≤ 1024), reason UTF-8 |
+//!
+//! Decoding refuses trailing bytes, unknown types, short payloads, over-long strings, invalid
+//! UTF-8, counts that do not fit the payload, and `Pages` whose data fails a CRC32C
+//! ([`MigrationError::Checksum`] names the region and page).
+//!
+//! A session: the source sends `Begin`, the destination answers `Ready`; the source sends
+//! rounds of `Pages` and `Zero` each closed by `RoundEnd`, then `Finish`; the destination
+//! answers `Done`. Either side may send `Abort` and close.
+#![deny(missing_docs)]
+
+mod frame_header;
+mod handshake;
+mod hello;
+mod memory_receiver;
+mod memory_sender;
+mod memory_stream;
+mod message;
+mod message_kind;
+mod migration_error;
+mod migration_key;
+mod migration_progress;
+mod payload_reader;
+mod rate_limiter;
+mod region_info;
+mod role;
+mod session_keys;
+mod wire_io;
+
+pub use frame_header::{
+    FrameHeader, FRAME_HEADER_LEN, FRAME_MAGIC, FRAME_TAG_LEN, MAX_FRAME_LEN, MAX_PAYLOAD,
+};
+pub use hello::{Hello, HELLO_LEN, HELLO_MAGIC, NONCE_LEN, PROTOCOL_VERSION};
+pub use memory_receiver::{MemoryReceiver, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT};
+pub use memory_sender::{MemorySender, SenderOptions, SenderSignals, CONNECT_TIMEOUT, IO_TIMEOUT};
+pub use memory_stream::MemoryStream;
+pub use message::{
+    decode_payload, encode_payload, encode_payload_into, Message, MAX_ABORT_REASON_LEN,
+    MAX_PAGES_PAGE_SIZE,
+};
+pub use message_kind::MessageKind;
+pub use migration_error::MigrationError;
+pub use migration_key::{MigrationKey, MAX_KEY_LEN, MIN_KEY_LEN};
+pub use migration_progress::MigrationProgress;
+pub use rate_limiter::{RateLimiter, BURST_TIME};
+pub use region_info::{
+    RegionInfo, MAX_REGIONS, MAX_REGION_NAME_LEN, MAX_REGION_PAGE_SIZE, MIN_PAGE_SIZE,
+};
+pub use role::Role;

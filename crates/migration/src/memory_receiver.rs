@@ -1,0 +1,268 @@
+//! [`MemoryReceiver`]: the destination end of a live migration. It listens on one TCP
+//! address, serves one connection at a time, and installs what an authenticated source sends
+//! into this process's guest-memory regions: pages in memory while they fit the region's
+//! budget, straight into its swap file after that (*virtualizing* without page-outs), `Zero`
+//! runs discarded.
+//!
+//! An attempt that fails (a wrong key, regions that do not match, a broken connection, a
+//! bad MAC, an `Abort` from the source) leaves nothing behind: the regions are cleared again
+//! and the receiver listens for the next attempt, so a retry works. It returns once one
+//! migration completed (`Finish` answered with `Done`).
+
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memvisor_pager::Region;
+
+use crate::memory_sender::{truncate, unexpected};
+use crate::memory_stream::MemoryStream;
+use crate::message::Message;
+use crate::migration_error::MigrationError;
+use crate::migration_key::MigrationKey;
+use crate::migration_progress::MigrationProgress;
+use crate::role::Role;
+
+/// Time a connecting peer has to complete the handshake (a silent one holds the single
+/// connection slot no longer).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest silence from the source once the handshake is done (a source converging sends
+/// something every round).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The destination end.
+pub struct MemoryReceiver<'a> {
+    key: &'a MigrationKey,
+    progress: &'a MigrationProgress,
+}
+
+/// What one accepted connection ended with.
+enum Attempt {
+    Completed,
+    Failed(MigrationError),
+}
+
+impl<'a> MemoryReceiver<'a> {
+    /// A receiver checking peers with `key`, reporting to `progress`.
+    pub fn new(key: &'a MigrationKey, progress: &'a MigrationProgress) -> Self {
+        Self { key, progress }
+    }
+
+    /// Serves `listener` until one migration into `regions()` (asked anew for each attempt:
+    /// the process's guest-memory regions, in the source's order) completed.
+    pub fn serve(
+        &self,
+        listener: &TcpListener,
+        regions: impl Fn() -> Vec<Arc<Region>>,
+    ) -> Result<(), MigrationError> {
+        self.progress.set_state("listening");
+        loop {
+            let (tcp, peer) = listener.accept().map_err(|source| MigrationError::Io {
+                context: "accepting a migration connection".into(),
+                source,
+            })?;
+            self.progress.set_peer(peer.to_string());
+            self.progress.reset_counters();
+            let regions = regions();
+            match self.attempt(tcp, &regions) {
+                Attempt::Completed => {
+                    self.progress.set_state("completed");
+                    return Ok(());
+                }
+                Attempt::Failed(e) => {
+                    // Nothing received stays: the guest must not start from half a memory.
+                    for r in &regions {
+                        let _ = r.discard(0, r.len());
+                    }
+                    self.progress
+                        .set_error(format!("attempt from {peer} failed: {e}"), false);
+                    self.progress.set_state("listening");
+                }
+            }
+        }
+    }
+
+    fn attempt(&self, tcp: TcpStream, regions: &[Arc<Region>]) -> Attempt {
+        let timeouts = tcp
+            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .and_then(|()| tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT)));
+        if let Err(source) = timeouts {
+            return Attempt::Failed(MigrationError::Io {
+                context: "setting timeouts on a migration connection".into(),
+                source,
+            });
+        }
+        let mut stream = match MemoryStream::handshake(tcp, self.key, Role::Destination) {
+            Ok(s) => s,
+            Err(e) => return Attempt::Failed(e),
+        };
+        let idle = stream
+            .get_ref()
+            .set_read_timeout(Some(IDLE_TIMEOUT))
+            .and_then(|()| stream.get_ref().set_write_timeout(Some(IDLE_TIMEOUT)));
+        if let Err(source) = idle {
+            return Attempt::Failed(MigrationError::Io {
+                context: "setting timeouts on a migration connection".into(),
+                source,
+            });
+        }
+        match self.receive(&mut stream, regions) {
+            Ok(()) => Attempt::Completed,
+            Err(e) => {
+                if !matches!(e, MigrationError::PeerAborted { .. }) {
+                    let _ = stream.send(&Message::Abort {
+                        reason: truncate(e.to_string(), crate::message::MAX_ABORT_REASON_LEN),
+                    });
+                }
+                Attempt::Failed(e)
+            }
+        }
+    }
+
+    fn receive(
+        &self,
+        stream: &mut MemoryStream<TcpStream>,
+        regions: &[Arc<Region>],
+    ) -> Result<(), MigrationError> {
+        let infos = match stream.receive()? {
+            Message::Begin { regions } => regions,
+            Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
+            other => return Err(unexpected("Begin", &other)),
+        };
+        check_regions(&infos, regions)?;
+        for r in regions {
+            r.discard(0, r.len())?;
+        }
+        stream.send(&Message::Ready)?;
+        self.progress.set_state("receiving");
+        let (mut pages, mut bytes) = (0u64, 0u64);
+        loop {
+            let message = stream.receive()?;
+            self.progress
+                .set_wire_bytes(stream.bytes_sent() + stream.bytes_received());
+            match message {
+                Message::Pages {
+                    region,
+                    first_page,
+                    page_size,
+                    data,
+                    ..
+                } => {
+                    let r = region_at(regions, region)?;
+                    let n = install(r, first_page, page_size, data, self.progress)?;
+                    pages += n;
+                    bytes += n * page_size as u64;
+                    self.progress.add_pages(n);
+                }
+                Message::Zero {
+                    region,
+                    first_page,
+                    pages: n,
+                } => {
+                    let r = region_at(regions, region)?;
+                    let pg = memvisor_pager::page_size() as u64;
+                    let (offset, len) = page_range(r, first_page, n, pg)?;
+                    r.discard(offset, len)?;
+                    pages += n;
+                    self.progress.add_zero_pages(n);
+                }
+                Message::RoundEnd { .. } => self.progress.round_done(),
+                Message::Finish => {
+                    stream.send(&Message::Done { pages, bytes })?;
+                    self.progress
+                        .set_wire_bytes(stream.bytes_sent() + stream.bytes_received());
+                    return Ok(());
+                }
+                Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
+                other => return Err(unexpected("Pages, Zero, RoundEnd or Finish", &other)),
+            }
+        }
+    }
+}
+
+/// Refuses a source whose regions differ from ours in number, size or page size.
+fn check_regions(
+    theirs: &[crate::region_info::RegionInfo],
+    ours: &[Arc<Region>],
+) -> Result<(), MigrationError> {
+    let mismatch = |reason: String| Err(MigrationError::RegionMismatch { reason });
+    if theirs.len() != ours.len() {
+        return mismatch(format!(
+            "the source has {} guest-memory regions, this destination {}",
+            theirs.len(),
+            ours.len()
+        ));
+    }
+    let pg = memvisor_pager::page_size() as u32;
+    for (i, (t, o)) in theirs.iter().zip(ours).enumerate() {
+        if t.bytes != o.len() as u64 || t.page_size != pg {
+            return mismatch(format!(
+                "region {i}: the source's {} is {} bytes in {}-byte pages, this destination's \
+                 {} is {} bytes in {pg}-byte pages",
+                t.name,
+                t.bytes,
+                t.page_size,
+                o.name(),
+                o.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn region_at(regions: &[Arc<Region>], index: u32) -> Result<&Region, MigrationError> {
+    regions
+        .get(index as usize)
+        .map(|r| &**r)
+        .ok_or_else(|| MigrationError::RegionMismatch {
+            reason: format!(
+                "a message names region {index}, but there are {}",
+                regions.len()
+            ),
+        })
+}
+
+/// The byte range of `n` pages from `first` in `r`, refused if outside it.
+fn page_range(r: &Region, first: u64, n: u64, page: u64) -> Result<(usize, usize), MigrationError> {
+    let pages = r.len() as u64 / page;
+    if first.checked_add(n).is_none_or(|end| end > pages) {
+        return Err(MigrationError::RegionMismatch {
+            reason: format!(
+                "pages {first}..{} are beyond region {} ({pages} pages)",
+                first.saturating_add(n),
+                r.name()
+            ),
+        });
+    }
+    Ok(((first * page) as usize, (n * page) as usize))
+}
+
+/// Installs `data` as pages `first..` of `r`, split at chunk boundaries; how many pages.
+fn install(
+    r: &Region,
+    first: u64,
+    page_size: u32,
+    data: Vec<u8>,
+    progress: &MigrationProgress,
+) -> Result<u64, MigrationError> {
+    let pg = memvisor_pager::page_size();
+    if page_size as usize != pg {
+        return Err(MigrationError::RegionMismatch {
+            reason: format!("{page_size}-byte pages received, this region has {pg}-byte pages"),
+        });
+    }
+    let n = (data.len() / pg) as u64;
+    page_range(r, first, n, pg as u64)?;
+    let ppc = (r.chunk_size() / pg) as u64;
+    let mut at = first;
+    let mut rest: &[u8] = &data;
+    while !rest.is_empty() {
+        let in_chunk = (ppc - at % ppc).min(rest.len() as u64 / pg as u64);
+        let (now, later) = rest.split_at(in_chunk as usize * pg);
+        let placed = r.install_pages(at as usize, now.to_vec())?;
+        progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
+        at += in_chunk;
+        rest = later;
+    }
+    Ok(n)
+}

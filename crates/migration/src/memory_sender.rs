@@ -1,0 +1,337 @@
+//! [`MemorySender`]: the source end of a live migration (seed 003, section 3). It moves the
+//! guest-memory regions of this process to a destination pager, never faulting a page in:
+//!
+//! 1. connect and authenticate ([`MemoryStream::handshake`]), announce the regions (`Begin`)
+//!    and wait for `Ready` (the destination has the same regions and has cleared them);
+//! 2. start tracking changes, then round 0: every chunk that holds data, resident chunks first,
+//!    read where it is (memory, swap, disk image) and sent as `Pages` (zero pages are not
+//!    sent: the destination starts from zeros);
+//! 3. while the guest runs, further rounds send what changed (`Pages`, or `Zero` for pages
+//!    that became zero), until [`SenderSignals::finish`] (the VMM has paused the guest at
+//!    `pre-switchover`); the state says `converged` once a round's changes would go in less
+//!    than the downtime limit at the measured rate;
+//! 4. the last round, `Finish`, and the destination's `Done` acknowledging exactly the pages
+//!    sent.
+//!
+//! On any error, or [`SenderSignals::cancel`], the source sends `Abort` (if it still can) and
+//! stops tracking; its guest memory is untouched either way.
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memvisor_pager::Region;
+
+use crate::memory_stream::MemoryStream;
+use crate::message::Message;
+use crate::migration_error::MigrationError;
+use crate::migration_key::MigrationKey;
+use crate::migration_progress::MigrationProgress;
+use crate::rate_limiter::RateLimiter;
+use crate::region_info::RegionInfo;
+use crate::role::Role;
+
+/// Time to connect to the destination.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for any read or write on the connection (the destination answers `Ready`
+/// after clearing its regions, `Done` after installing the last round).
+pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause between rounds once converged, waiting for the finish signal.
+const CONVERGED_PAUSE: Duration = Duration::from_millis(50);
+
+/// How a source migration runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderOptions {
+    /// Bytes per second at most (`None`: as fast as the connection goes).
+    pub max_bandwidth: Option<u64>,
+    /// Converged once one round's changes would go in this long.
+    pub downtime_limit: Duration,
+}
+
+/// What other threads tell a running sender.
+#[derive(Debug, Default)]
+pub struct SenderSignals {
+    finish: AtomicBool,
+    cancel: AtomicBool,
+}
+
+impl SenderSignals {
+    /// The guest is paused: send the last round and finish.
+    pub fn finish(&self) {
+        self.finish.store(true, Ordering::Release);
+    }
+
+    /// Stop; the destination discards what it got.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Release);
+    }
+
+    fn finishing(&self) -> bool {
+        self.finish.load(Ordering::Acquire)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+}
+
+/// The source end over one connection.
+pub struct MemorySender<'a> {
+    regions: &'a [Arc<Region>],
+    stream: MemoryStream<TcpStream>,
+    options: SenderOptions,
+    signals: &'a SenderSignals,
+    progress: &'a MigrationProgress,
+    limiter: RateLimiter,
+    /// Pages sent in all (data and zero), what the destination must acknowledge.
+    pages_sent: u64,
+    /// Page bytes sent in all.
+    bytes_sent: u64,
+}
+
+impl<'a> MemorySender<'a> {
+    /// Runs a whole source migration of `regions` to `to` on the calling thread.
+    pub fn run(
+        regions: &'a [Arc<Region>],
+        to: SocketAddr,
+        key: &MigrationKey,
+        options: SenderOptions,
+        signals: &'a SenderSignals,
+        progress: &'a MigrationProgress,
+    ) -> Result<(), MigrationError> {
+        progress.set_peer(to.to_string());
+        progress.set_state("connecting");
+        let result =
+            Self::connect(regions, to, key, options, signals, progress).and_then(|mut sender| {
+                let r = sender.migrate();
+                if let Err(e) = &r {
+                    // Tell the destination why (it may already be gone).
+                    let reason = if signals.cancelled() {
+                        "cancelled by the source".to_string()
+                    } else {
+                        e.to_string()
+                    };
+                    let _ = sender.stream.send(&Message::Abort {
+                        reason: truncate(reason, crate::message::MAX_ABORT_REASON_LEN),
+                    });
+                }
+                r
+            });
+        for r in regions {
+            let _ = r.stop_change_tracking();
+        }
+        match &result {
+            Ok(()) => progress.set_state("completed"),
+            Err(_) if signals.cancelled() => progress.set_state("cancelled"),
+            Err(e) => progress.set_error(e.to_string(), true),
+        }
+        result
+    }
+
+    fn connect(
+        regions: &'a [Arc<Region>],
+        to: SocketAddr,
+        key: &MigrationKey,
+        options: SenderOptions,
+        signals: &'a SenderSignals,
+        progress: &'a MigrationProgress,
+    ) -> Result<Self, MigrationError> {
+        let io = |context: String| move |source| MigrationError::Io { context, source };
+        let tcp = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
+            .map_err(io(format!("connecting to the destination {to}")))?;
+        let _ = tcp.set_nodelay(true);
+        tcp.set_read_timeout(Some(IO_TIMEOUT))
+            .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
+            .map_err(io(format!("setting timeouts on the connection to {to}")))?;
+        let stream = MemoryStream::handshake(tcp, key, Role::Source)?;
+        Ok(Self {
+            regions,
+            stream,
+            options,
+            signals,
+            progress,
+            limiter: RateLimiter::new(options.max_bandwidth),
+            pages_sent: 0,
+            bytes_sent: 0,
+        })
+    }
+
+    fn migrate(&mut self) -> Result<(), MigrationError> {
+        let infos = self
+            .regions
+            .iter()
+            .map(|r| RegionInfo {
+                name: r.name().to_string(),
+                bytes: r.len() as u64,
+                page_size: memvisor_pager::page_size() as u32,
+            })
+            .collect();
+        self.stream.send(&Message::Begin { regions: infos })?;
+        match self.stream.receive()? {
+            Message::Ready => {}
+            Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
+            other => return Err(unexpected("Ready", &other)),
+        }
+        for r in self.regions {
+            r.start_change_tracking()?;
+        }
+        self.progress.set_state("sending");
+        let started = Instant::now();
+        self.round_zero()?;
+        // The rate the link and the pager sustained in round 0 decides convergence.
+        let rate = self.bytes_sent as f64 / started.elapsed().as_secs_f64().max(1e-3);
+        let rate = match self.options.max_bandwidth {
+            Some(b) => rate.min(b as f64),
+            None => rate,
+        };
+        let mut round = 1;
+        loop {
+            self.check_cancel()?;
+            let finishing = self.signals.finishing();
+            if finishing {
+                self.progress.set_state("finishing");
+            }
+            let changed = self.send_changes(round)?;
+            round += 1;
+            if finishing {
+                break;
+            }
+            let seconds = (changed * memvisor_pager::page_size() as u64) as f64 / rate.max(1.0);
+            if seconds <= self.options.downtime_limit.as_secs_f64() {
+                if self.progress.state() == "sending" {
+                    self.progress.set_state("converged");
+                }
+                std::thread::sleep(CONVERGED_PAUSE);
+            }
+        }
+        self.stream.send(&Message::Finish)?;
+        self.sync_wire_bytes();
+        match self.stream.receive()? {
+            Message::Done { pages, bytes }
+                if pages == self.pages_sent && bytes == self.bytes_sent =>
+            {
+                self.sync_wire_bytes();
+                Ok(())
+            }
+            Message::Done { pages, bytes } => Err(MigrationError::Incomplete {
+                sent_pages: self.pages_sent,
+                sent_bytes: self.bytes_sent,
+                acknowledged_pages: pages,
+                acknowledged_bytes: bytes,
+            }),
+            Message::Abort { reason } => Err(MigrationError::PeerAborted { reason }),
+            other => Err(unexpected("Done", &other)),
+        }
+    }
+
+    fn check_cancel(&self) -> Result<(), MigrationError> {
+        if self.signals.cancelled() {
+            return Err(MigrationError::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Round 0: every chunk holding data, in each region's order.
+    fn round_zero(&mut self) -> Result<(), MigrationError> {
+        let before = self.pages_sent;
+        for (ri, region) in self.regions.iter().enumerate() {
+            let ppc = region.chunk_size() / memvisor_pager::page_size();
+            let pages = region.len() / memvisor_pager::page_size();
+            for c in region.migration_order()? {
+                self.check_cancel()?;
+                let first = c * ppc;
+                self.send_run(ri, region, first, ppc.min(pages - first), false)?;
+            }
+        }
+        self.end_round(0, self.pages_sent - before)
+    }
+
+    /// One later round: what changed since the last one. Returns how many pages changed.
+    fn send_changes(&mut self, round: u32) -> Result<u64, MigrationError> {
+        let before = self.pages_sent;
+        let mut changed = 0;
+        for (ri, region) in self.regions.iter().enumerate() {
+            for (first, n) in region.take_changed_pages()? {
+                self.check_cancel()?;
+                changed += n as u64;
+                self.send_run(ri, region, first, n, true)?;
+            }
+        }
+        self.progress.set_last_round_changed(changed);
+        self.end_round(round, self.pages_sent - before)?;
+        Ok(changed)
+    }
+
+    fn end_round(&mut self, round: u32, pages: u64) -> Result<(), MigrationError> {
+        self.stream.send(&Message::RoundEnd { round, pages })?;
+        self.progress.round_done();
+        self.sync_wire_bytes();
+        Ok(())
+    }
+
+    /// Reads pages `first..first + n` of region `ri` (inside one chunk) and sends the non-zero
+    /// ones as `Pages` and, with `zeros`, the zero ones as `Zero`.
+    fn send_run(
+        &mut self,
+        ri: usize,
+        region: &Region,
+        first: usize,
+        n: usize,
+        zeros: bool,
+    ) -> Result<(), MigrationError> {
+        let read = region.read_for_migration(first, n)?;
+        let pg = read.page_size;
+        for (f, k) in read.nonzero_runs() {
+            let data = read.bytes(f, k).to_vec();
+            self.limiter.pace(data.len() as u64);
+            self.stream.send(&Message::pages(
+                ri as u32,
+                (first + f) as u64,
+                pg as u32,
+                data,
+            ))?;
+            self.pages_sent += k as u64;
+            self.bytes_sent += (k * pg) as u64;
+            self.progress.add_pages(k as u64);
+        }
+        if zeros {
+            for (f, k) in read.zero_runs() {
+                self.stream.send(&Message::Zero {
+                    region: ri as u32,
+                    first_page: (first + f) as u64,
+                    pages: k as u64,
+                })?;
+                self.pages_sent += k as u64;
+                self.progress.add_zero_pages(k as u64);
+            }
+        }
+        self.sync_wire_bytes();
+        Ok(())
+    }
+
+    fn sync_wire_bytes(&self) {
+        self.progress
+            .set_wire_bytes(self.stream.bytes_sent() + self.stream.bytes_received());
+    }
+}
+
+/// The error for a message other than the one expected.
+pub(crate) fn unexpected(expected: &'static str, got: &Message) -> MigrationError {
+    MigrationError::Unexpected {
+        expected,
+        got: got.name(),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut at = max;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+    }
+    s
+}

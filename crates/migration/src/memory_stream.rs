@@ -1,0 +1,363 @@
+//! The authenticated, framed message stream between the two pagers.
+
+use std::fmt;
+use std::io::{Read, Write};
+
+use crate::frame_header::{
+    announced_payload_len, FrameHeader, FRAME_HEADER_LEN, FRAME_TAG_LEN, MAX_PAYLOAD,
+};
+use crate::handshake::authenticate;
+use crate::message::{decode_payload, encode_payload_into, Message};
+use crate::message_kind::MessageKind;
+use crate::migration_error::MigrationError;
+use crate::migration_key::MigrationKey;
+use crate::role::Role;
+use crate::session_keys::SessionKeys;
+use crate::wire_io::{read_record, write_record};
+
+/// One end of an authenticated migration stream over `S` (a `TcpStream`, a `UnixStream`, ...).
+///
+/// Every frame carries an HMAC-SHA256 tag over the direction's implicit sequence number (from
+/// 0, never on the wire), its header and its payload, under a key of this connection and
+/// direction: a corrupted, replayed, reordered, dropped or reflected frame fails with
+/// [`MigrationError::Integrity`]. Any error while receiving closes the receiving direction and
+/// any error while writing closes the sending direction: later calls fail with
+/// [`MigrationError::Unusable`]. (After a receive error the other direction still works, so a
+/// side can still send [`Message::Abort`].) Timeouts are the stream's: set them on `S`.
+pub struct MemoryStream<S: Read + Write> {
+    stream: S,
+    role: Role,
+    keys: SessionKeys,
+    send_sequence: u64,
+    receive_sequence: u64,
+    bytes_sent: u64,
+    bytes_received: u64,
+    send_failure: Option<String>,
+    receive_failure: Option<String>,
+    /// The frame being sent (header, payload, tag), reused.
+    send_buffer: Vec<u8>,
+    /// The payload and tag being received, reused.
+    receive_buffer: Vec<u8>,
+}
+
+impl<S: Read + Write> MemoryStream<S> {
+    /// Authenticates both ends over `stream` and returns the stream ready for messages.
+    ///
+    /// Both sides send a hello (protocol version, role, 32-byte random nonce). Per-direction
+    /// keys `k_src_to_dst` and `k_dst_to_src` are HMAC-SHA256(key, label || source nonce ||
+    /// destination nonce) with distinct labels. Each side then proves the key with
+    /// HMAC-SHA256(its send key, "proof" || both hellos as sent); the destination checks the
+    /// source's proof before sending its own, and the source checks the destination's.
+    ///
+    /// Errors: [`MigrationError::KeyMismatch`] for a different key (on both sides),
+    /// [`MigrationError::Version`], [`MigrationError::RoleClash`] if both ends claim the same
+    /// role, [`MigrationError::NotMigrationPeer`] for something that is not a memvisor pager,
+    /// and stream errors.
+    pub fn handshake(
+        mut stream: S,
+        key: &MigrationKey,
+        role: Role,
+    ) -> Result<Self, MigrationError> {
+        let mut bytes_sent = 0;
+        let mut bytes_received = 0;
+        let keys = authenticate(&mut stream, key, role, &mut bytes_sent, &mut bytes_received)?;
+        Ok(MemoryStream {
+            stream,
+            role,
+            keys,
+            send_sequence: 0,
+            receive_sequence: 0,
+            bytes_sent,
+            bytes_received,
+            send_failure: None,
+            receive_failure: None,
+            send_buffer: Vec::new(),
+            receive_buffer: Vec::new(),
+        })
+    }
+
+    /// Sends one message as one frame and flushes. A message that breaks the message rules
+    /// ([`Message::validate`]) is refused with [`MigrationError::InvalidMessage`] and nothing
+    /// is sent; a write error closes the sending direction.
+    pub fn send(&mut self, message: &Message) -> Result<(), MigrationError> {
+        if let Some(first_error) = &self.send_failure {
+            return Err(MigrationError::Unusable {
+                direction: "send",
+                first_error: first_error.clone(),
+            });
+        }
+        message.validate()?;
+        let result = self.send_frame(message);
+        if let Err(error) = &result {
+            self.send_failure = Some(error.to_string());
+        }
+        result
+    }
+
+    /// Reads one frame, verifies its MAC, then decodes its message. A bad MAC is
+    /// [`MigrationError::Integrity`]; a header announcing more than [`MAX_PAYLOAD`] bytes is
+    /// refused before reading or allocating them. Any error closes the receiving direction.
+    pub fn receive(&mut self) -> Result<Message, MigrationError> {
+        if let Some(first_error) = &self.receive_failure {
+            return Err(MigrationError::Unusable {
+                direction: "receive",
+                first_error: first_error.clone(),
+            });
+        }
+        let result = self.receive_frame();
+        if let Err(error) = &result {
+            self.receive_failure = Some(error.to_string());
+        }
+        result
+    }
+
+    /// The underlying stream.
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+
+    /// The underlying stream, e.g. to set timeouts. Reading or writing it directly breaks the
+    /// framing.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    /// The underlying stream, giving up the message layer.
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+
+    /// Our role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Bytes written to the stream so far, handshake included.
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent
+    }
+
+    /// Bytes read from the stream so far, handshake included.
+    pub fn bytes_received(&self) -> u64 {
+        self.bytes_received
+    }
+
+    /// Frames sent so far (the next frame's sequence number).
+    pub fn frames_sent(&self) -> u64 {
+        self.send_sequence
+    }
+
+    /// Frames received and verified so far (the next frame's sequence number).
+    pub fn frames_received(&self) -> u64 {
+        self.receive_sequence
+    }
+
+    /// Encodes, tags and writes one frame.
+    fn send_frame(&mut self, message: &Message) -> Result<(), MigrationError> {
+        let sequence = self.send_sequence;
+        let buffer = &mut self.send_buffer;
+        buffer.clear();
+        buffer.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+        encode_payload_into(message, buffer);
+        let payload_len = buffer.len() - FRAME_HEADER_LEN;
+        if payload_len > MAX_PAYLOAD {
+            // validate() keeps every message under the limit; this guards the invariant.
+            return Err(MigrationError::InvalidMessage {
+                message: message.name(),
+                problem: format!(
+                    "its payload is {payload_len} bytes, over the {MAX_PAYLOAD}-byte limit"
+                ),
+            });
+        }
+        let header = FrameHeader {
+            kind: message.kind(),
+            payload_len: payload_len as u32,
+        };
+        buffer[..FRAME_HEADER_LEN].copy_from_slice(&header.encode());
+        let tag = self.keys.send_tag(sequence, buffer);
+        buffer.extend_from_slice(&tag);
+        let frame_len = buffer.len();
+        write_record(&mut self.stream, buffer, &mut self.bytes_sent, &|| {
+            format!(
+                "frame {sequence} ({} message, {frame_len} bytes)",
+                message.name()
+            )
+        })?;
+        self.send_sequence += 1;
+        Ok(())
+    }
+
+    /// Reads, verifies and decodes one frame.
+    fn receive_frame(&mut self) -> Result<Message, MigrationError> {
+        let sequence = self.receive_sequence;
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        read_record(
+            &mut self.stream,
+            &mut header,
+            &mut self.bytes_received,
+            &|| format!("frame {sequence}'s header"),
+        )?;
+        // Nothing in the header is trusted before the MAC is checked, but the length must
+        // bound the read (and the allocation) first.
+        let payload_len = announced_payload_len(&header);
+        if payload_len as usize > MAX_PAYLOAD {
+            return Err(MigrationError::FrameTooLarge {
+                sequence,
+                len: payload_len,
+                max: MAX_PAYLOAD,
+            });
+        }
+        let announced = MessageKind::describe_byte(header[3]);
+        let body_len = payload_len as usize + FRAME_TAG_LEN;
+        if self.receive_buffer.len() < body_len {
+            self.receive_buffer.resize(body_len, 0);
+        }
+        let body = &mut self.receive_buffer[..body_len];
+        read_record(&mut self.stream, body, &mut self.bytes_received, &|| {
+            format!("frame {sequence} (announced as {announced}, {payload_len}-byte payload + {FRAME_TAG_LEN}-byte tag)")
+        })?;
+        let (payload, tag) = body.split_at(payload_len as usize);
+        if !self
+            .keys
+            .receive_tag_matches(sequence, &header, payload, tag)
+        {
+            return Err(MigrationError::Integrity {
+                sequence,
+                announced,
+                payload_len,
+            });
+        }
+        self.receive_sequence += 1;
+        // Authentic from here on: a bad header or payload is a bug in the peer.
+        let header = FrameHeader::parse(&header)?;
+        decode_payload(header.kind.to_byte(), payload)
+    }
+}
+
+impl<S: Read + Write> fmt::Debug for MemoryStream<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStream")
+            .field("role", &self.role)
+            .field("frames_sent", &self.send_sequence)
+            .field("frames_received", &self.receive_sequence)
+            .field("bytes_sent", &self.bytes_sent)
+            .field("bytes_received", &self.bytes_received)
+            .field("send_failure", &self.send_failure)
+            .field("receive_failure", &self.receive_failure)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::thread;
+
+    fn pair() -> (MemoryStream<UnixStream>, MemoryStream<UnixStream>) {
+        let key = MigrationKey::from_bytes(&[7; 40]).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let destination_key = key.clone();
+        let destination =
+            thread::spawn(move || MemoryStream::handshake(b, &destination_key, Role::Destination));
+        let source = MemoryStream::handshake(a, &key, Role::Source).unwrap();
+        (source, destination.join().unwrap().unwrap())
+    }
+
+    #[test]
+    fn counts_frames_and_wire_bytes() {
+        let (mut source, mut destination) = pair();
+        assert_eq!(source.bytes_sent(), destination.bytes_received());
+        assert_eq!(source.bytes_sent(), 45 + 32);
+        source.send(&Message::Ready).unwrap();
+        source.send(&Message::Done { pages: 1, bytes: 2 }).unwrap();
+        assert_eq!(destination.receive().unwrap(), Message::Ready);
+        assert_eq!(
+            destination.receive().unwrap(),
+            Message::Done { pages: 1, bytes: 2 }
+        );
+        assert_eq!(source.frames_sent(), 2);
+        assert_eq!(destination.frames_received(), 2);
+        let frames = 2 * (FRAME_HEADER_LEN + FRAME_TAG_LEN) as u64 + 16;
+        assert_eq!(source.bytes_sent(), 45 + 32 + frames);
+        assert_eq!(destination.bytes_received(), source.bytes_sent());
+        assert_eq!(source.role(), Role::Source);
+        assert!(format!("{source:?}").contains("frames_sent: 2"));
+    }
+
+    #[test]
+    fn an_invalid_message_is_refused_and_sends_nothing() {
+        let (mut source, mut destination) = pair();
+        let error = source
+            .send(&Message::Zero {
+                region: 0,
+                first_page: 0,
+                pages: 0,
+            })
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "cannot send Zero message: covers no pages"
+        );
+        assert_eq!(source.frames_sent(), 0);
+        source.send(&Message::Finish).unwrap();
+        assert_eq!(destination.receive().unwrap(), Message::Finish);
+    }
+
+    #[test]
+    fn after_a_receive_error_receiving_fails_but_sending_works() {
+        let (mut source, mut destination) = pair();
+        // Bytes that are not a frame of this connection.
+        source.get_mut().write_all(&[0u8; 64]).unwrap();
+        source.send(&Message::Finish).unwrap();
+        let error = destination.receive().unwrap_err();
+        assert!(
+            matches!(error, MigrationError::Integrity { sequence: 0, .. }),
+            "{error}"
+        );
+        for _ in 0..3 {
+            let error = destination.receive().unwrap_err().to_string();
+            assert!(
+                error.starts_with(
+                    "the migration stream can no longer receive after an earlier error: frame 0"
+                ),
+                "{error}"
+            );
+        }
+        destination
+            .send(&Message::Abort {
+                reason: "integrity".into(),
+            })
+            .unwrap();
+        assert_eq!(
+            source.receive().unwrap(),
+            Message::Abort {
+                reason: "integrity".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_send_error_closes_the_sending_direction() {
+        let (mut source, destination) = pair();
+        drop(destination);
+        // The first write after the peer closed may still succeed into the socket buffer.
+        let mut first_error = None;
+        for _ in 0..4 {
+            if let Err(error) = source.send(&Message::pages(0, 0, 4096, vec![1; 1 << 20])) {
+                first_error = Some(error);
+                break;
+            }
+        }
+        let first_error = first_error.expect("writing to a closed peer fails");
+        assert!(
+            first_error.to_string().starts_with("sending frame"),
+            "{first_error}"
+        );
+        let error = source.send(&Message::Finish).unwrap_err().to_string();
+        assert!(
+            error.starts_with("the migration stream can no longer send"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,677 @@
+//! The messages of the migration stream and their payload encoding.
+
+use std::fmt;
+
+use crate::frame_header::MAX_PAYLOAD;
+use crate::message_kind::MessageKind;
+use crate::migration_error::MigrationError;
+use crate::payload_reader::PayloadReader;
+use crate::region_info::{RegionInfo, MAX_REGIONS, MAX_REGION_NAME_LEN, MIN_PAGE_SIZE};
+
+/// The largest page size a `Pages` message may carry (2 MiB huge pages).
+pub const MAX_PAGES_PAGE_SIZE: u32 = 2 * 1024 * 1024;
+/// The longest `Abort` reason, in bytes of UTF-8.
+pub const MAX_ABORT_REASON_LEN: usize = 1024;
+/// Bytes of a `Pages` payload before the checksums: region, first page, page size, count.
+const PAGES_FIELDS_LEN: usize = 4 + 8 + 4 + 4;
+
+/// One message of the migration stream. Payloads are little-endian with explicit lengths; see
+/// the crate documentation for the layouts.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Source → destination, first message: the guest memory regions, at most
+    /// [`MAX_REGIONS`].
+    Begin {
+        /// The regions, in order; messages name them by index.
+        regions: Vec<RegionInfo>,
+    },
+    /// Destination → source: the regions match; go on.
+    Ready,
+    /// `crcs.len()` consecutive pages of a region starting at `first_page`, with the CRC32C of
+    /// each. Build one with [`Message::pages`].
+    Pages {
+        /// The region's index in `Begin`.
+        region: u32,
+        /// The first page's number within the region.
+        first_page: u64,
+        /// The page size: a power of two from 4096 to [`MAX_PAGES_PAGE_SIZE`].
+        page_size: u32,
+        /// The CRC32C (Castagnoli) of each page; at least one.
+        crcs: Vec<u32>,
+        /// The pages' bytes: `crcs.len() * page_size` of them.
+        data: Vec<u8>,
+    },
+    /// These pages are zero now (never touched, or discarded since sent).
+    Zero {
+        /// The region's index in `Begin`.
+        region: u32,
+        /// The first page's number within the region.
+        first_page: u64,
+        /// How many consecutive pages; at least one.
+        pages: u64,
+    },
+    /// The end of a pass over memory.
+    RoundEnd {
+        /// The pass's number, from 0.
+        round: u32,
+        /// Pages sent in it (`Pages` and `Zero`).
+        pages: u64,
+    },
+    /// Source: nothing more will be sent; the destination answers `Done`.
+    Finish,
+    /// Destination: everything received is in place.
+    Done {
+        /// Pages received in all (`Pages` and `Zero`).
+        pages: u64,
+        /// Page bytes received in all (`Pages` data).
+        bytes: u64,
+    },
+    /// Either side gives up, then closes.
+    Abort {
+        /// Why, at most [`MAX_ABORT_REASON_LEN`] bytes of UTF-8.
+        reason: String,
+    },
+}
+
+impl Message {
+    /// A `Pages` message for `data`, computing the CRC32C of each `page_size` bytes. `data`
+    /// should hold whole pages; if it does not (or breaks another rule), [`Message::validate`]
+    /// and so [`crate::MemoryStream::send`] refuse the message.
+    pub fn pages(region: u32, first_page: u64, page_size: u32, data: Vec<u8>) -> Message {
+        let chunk = (page_size as usize).max(1);
+        let crcs = data.chunks(chunk).map(crc32c::crc32c).collect();
+        Message::Pages {
+            region,
+            first_page,
+            page_size,
+            crcs,
+            data,
+        }
+    }
+
+    /// The message's type.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Begin { .. } => MessageKind::Begin,
+            Message::Ready => MessageKind::Ready,
+            Message::Pages { .. } => MessageKind::Pages,
+            Message::Zero { .. } => MessageKind::Zero,
+            Message::RoundEnd { .. } => MessageKind::RoundEnd,
+            Message::Finish => MessageKind::Finish,
+            Message::Done { .. } => MessageKind::Done,
+            Message::Abort { .. } => MessageKind::Abort,
+        }
+    }
+
+    /// The message type's name, for error messages ("Pages").
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Checks the message rules that decoding enforces (lengths, counts, page sizes, no
+    /// overflowing page ranges), except the `Pages` checksums, which [`Message::pages`]
+    /// computes. [`crate::MemoryStream::send`] calls this before sending.
+    pub fn validate(&self) -> Result<(), MigrationError> {
+        match self.problem() {
+            None => Ok(()),
+            Some(problem) => Err(MigrationError::InvalidMessage {
+                message: self.name(),
+                problem,
+            }),
+        }
+    }
+
+    /// Which message rule this breaks, if any.
+    fn problem(&self) -> Option<String> {
+        match self {
+            Message::Begin { regions } => {
+                if regions.len() > MAX_REGIONS {
+                    return Some(format!(
+                        "{} regions, over the limit of {MAX_REGIONS}",
+                        regions.len()
+                    ));
+                }
+                regions
+                    .iter()
+                    .enumerate()
+                    .find_map(|(index, region)| region.problem(index))
+            }
+            Message::Pages {
+                first_page,
+                page_size,
+                crcs,
+                data,
+                ..
+            } => pages_problem(*first_page, *page_size, crcs.len(), data.len()),
+            Message::Zero {
+                first_page, pages, ..
+            } => {
+                if *pages == 0 {
+                    Some("covers no pages".into())
+                } else if first_page.checked_add(*pages).is_none() {
+                    Some(format!(
+                        "pages {first_page} + {pages} run past the largest page number"
+                    ))
+                } else {
+                    None
+                }
+            }
+            Message::Abort { reason } if reason.len() > MAX_ABORT_REASON_LEN => Some(format!(
+                "reason is {} bytes long, over the {MAX_ABORT_REASON_LEN}-byte limit",
+                reason.len()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Which `Pages` rule `count` pages of `page_size` bytes from `first_page`, with `data_len`
+/// bytes of data, break, if any.
+fn pages_problem(first_page: u64, page_size: u32, count: usize, data_len: usize) -> Option<String> {
+    if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGES_PAGE_SIZE).contains(&page_size) {
+        return Some(format!(
+            "page size {page_size} is not a power of two from {MIN_PAGE_SIZE} to \
+             {MAX_PAGES_PAGE_SIZE}"
+        ));
+    }
+    if count == 0 {
+        return Some("carries no pages".into());
+    }
+    let count = count as u64;
+    let expected_data = count * u64::from(page_size);
+    if data_len as u64 != expected_data {
+        return Some(format!(
+            "data is {data_len} bytes, expected {count} pages of {page_size} bytes \
+             ({expected_data})"
+        ));
+    }
+    let payload = PAGES_FIELDS_LEN as u64 + 4 * count + expected_data;
+    if payload > MAX_PAYLOAD as u64 {
+        return Some(format!(
+            "{count} pages of {page_size} bytes make a {payload}-byte payload, over the \
+             {MAX_PAYLOAD}-byte limit"
+        ));
+    }
+    let end_fits = first_page
+        .checked_add(count)
+        .and_then(|end| end.checked_mul(u64::from(page_size)))
+        .is_some();
+    if !end_fits {
+        return Some(format!(
+            "pages {first_page}..+{count} of {page_size} bytes end past the largest byte offset"
+        ));
+    }
+    None
+}
+
+/// Encodes a message's payload. This does not check the message rules ([`Message::validate`]
+/// does): a message that breaks them encodes to a payload that does not decode.
+pub fn encode_payload(message: &Message) -> Vec<u8> {
+    let mut payload = Vec::new();
+    encode_payload_into(message, &mut payload);
+    payload
+}
+
+/// Appends a message's payload to `out` (see [`encode_payload`]).
+pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
+    match message {
+        Message::Begin { regions } => {
+            out.extend_from_slice(&saturating_u32(regions.len()).to_le_bytes());
+            for region in regions {
+                put_string(out, &region.name);
+                out.extend_from_slice(&region.bytes.to_le_bytes());
+                out.extend_from_slice(&region.page_size.to_le_bytes());
+            }
+        }
+        Message::Ready | Message::Finish => {}
+        Message::Pages {
+            region,
+            first_page,
+            page_size,
+            crcs,
+            data,
+        } => {
+            out.reserve(PAGES_FIELDS_LEN + 4 * crcs.len() + data.len());
+            out.extend_from_slice(&region.to_le_bytes());
+            out.extend_from_slice(&first_page.to_le_bytes());
+            out.extend_from_slice(&page_size.to_le_bytes());
+            out.extend_from_slice(&saturating_u32(crcs.len()).to_le_bytes());
+            for crc in crcs {
+                out.extend_from_slice(&crc.to_le_bytes());
+            }
+            out.extend_from_slice(data);
+        }
+        Message::Zero {
+            region,
+            first_page,
+            pages,
+        } => {
+            out.extend_from_slice(&region.to_le_bytes());
+            out.extend_from_slice(&first_page.to_le_bytes());
+            out.extend_from_slice(&pages.to_le_bytes());
+        }
+        Message::RoundEnd { round, pages } => {
+            out.extend_from_slice(&round.to_le_bytes());
+            out.extend_from_slice(&pages.to_le_bytes());
+        }
+        Message::Done { pages, bytes } => {
+            out.extend_from_slice(&pages.to_le_bytes());
+            out.extend_from_slice(&bytes.to_le_bytes());
+        }
+        Message::Abort { reason } => put_string(out, reason),
+    }
+}
+
+/// Decodes a payload of message type `kind`. Refuses unknown types, payloads too short for
+/// their fields, trailing bytes, over-long or non-UTF-8 strings, counts that do not fit the
+/// payload (checked before allocating), anything [`Message::validate`] refuses, and `Pages`
+/// whose data does not match its CRC32Cs ([`MigrationError::Checksum`] names the page).
+pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Message, MigrationError> {
+    let kind = MessageKind::from_byte(kind).ok_or(MigrationError::UnknownKind { kind })?;
+    let mut reader = PayloadReader::new(kind.name(), payload);
+    let message = match kind {
+        MessageKind::Begin => decode_begin(&mut reader)?,
+        MessageKind::Ready => Message::Ready,
+        MessageKind::Pages => decode_pages(&mut reader)?,
+        MessageKind::Zero => Message::Zero {
+            region: reader.u32("region")?,
+            first_page: reader.u64("first page")?,
+            pages: reader.u64("page count")?,
+        },
+        MessageKind::RoundEnd => Message::RoundEnd {
+            round: reader.u32("round")?,
+            pages: reader.u64("page count")?,
+        },
+        MessageKind::Finish => Message::Finish,
+        MessageKind::Done => Message::Done {
+            pages: reader.u64("page count")?,
+            bytes: reader.u64("byte count")?,
+        },
+        MessageKind::Abort => Message::Abort {
+            reason: reader.string(MAX_ABORT_REASON_LEN, "reason")?,
+        },
+    };
+    if let Some(problem) = message.problem() {
+        return Err(reader.malformed(problem));
+    }
+    reader.finish()?;
+    if let Message::Pages {
+        region,
+        first_page,
+        page_size,
+        crcs,
+        data,
+    } = &message
+    {
+        check_page_crcs(*region, *first_page, *page_size, crcs, data)?;
+    }
+    Ok(message)
+}
+
+/// Decodes a `Begin` payload.
+fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let count = reader.u32("region count")?;
+    if count as usize > MAX_REGIONS {
+        return Err(reader.malformed(format!(
+            "region count {count} at byte offset 0 is over the limit of {MAX_REGIONS}"
+        )));
+    }
+    let mut regions = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let name = reader.string(MAX_REGION_NAME_LEN, &format!("region {index} name"))?;
+        let bytes = reader.u64(&format!("region {index} size"))?;
+        let page_size = reader.u32(&format!("region {index} page size"))?;
+        regions.push(RegionInfo {
+            name,
+            bytes,
+            page_size,
+        });
+    }
+    Ok(Message::Begin { regions })
+}
+
+/// Decodes a `Pages` payload (checksums are checked by the caller).
+fn decode_pages(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let region = reader.u32("region")?;
+    let first_page = reader.u64("first page")?;
+    let page_size = reader.u32("page size")?;
+    let count_offset = reader.offset();
+    let count = reader.u32("page count")?;
+    // Check the page size and that the count fits the payload before allocating for it.
+    if let Some(problem) = pages_problem(first_page, page_size, 1, page_size as usize) {
+        return Err(reader.malformed(problem));
+    }
+    if count == 0 {
+        return Err(reader.malformed("carries no pages (count 0 at byte offset 16)".into()));
+    }
+    let needed = u64::from(count) * (4 + u64::from(page_size));
+    if needed != reader.remaining() as u64 {
+        return Err(reader.malformed(format!(
+            "page count {count} at byte offset {count_offset} needs {needed} bytes of checksums \
+             and {page_size}-byte pages, but {} bytes follow",
+            reader.remaining()
+        )));
+    }
+    let crc_bytes = reader.take(4 * count as usize, "checksums")?;
+    let crcs = crc_bytes
+        .chunks_exact(4)
+        .map(|crc| u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]))
+        .collect();
+    let data = reader
+        .take(count as usize * page_size as usize, "page data")?
+        .to_vec();
+    Ok(Message::Pages {
+        region,
+        first_page,
+        page_size,
+        crcs,
+        data,
+    })
+}
+
+/// Checks each page of a `Pages` message against its CRC32C.
+fn check_page_crcs(
+    region: u32,
+    first_page: u64,
+    page_size: u32,
+    crcs: &[u32],
+    data: &[u8],
+) -> Result<(), MigrationError> {
+    for ((index, page), &expected) in data.chunks(page_size as usize).enumerate().zip(crcs) {
+        let actual = crc32c::crc32c(page);
+        if actual != expected {
+            return Err(MigrationError::Checksum {
+                region,
+                page: first_page + index as u64,
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Appends a u16 length and the bytes of `text` (cut at `u16::MAX` bytes; such a string breaks
+/// the message rules anyway).
+fn put_string(out: &mut Vec<u8>, text: &str) {
+    let len = text.len().min(usize::from(u16::MAX));
+    out.extend_from_slice(&(len as u16).to_le_bytes());
+    out.extend_from_slice(&text.as_bytes()[..len]);
+}
+
+/// `len` as a u32, or `u32::MAX` if it does not fit (such a message breaks the rules anyway).
+fn saturating_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Message::Begin { regions } => {
+                f.debug_struct("Begin").field("regions", regions).finish()
+            }
+            Message::Ready => f.write_str("Ready"),
+            Message::Pages {
+                region,
+                first_page,
+                page_size,
+                crcs,
+                data,
+            } => f
+                .debug_struct("Pages")
+                .field("region", region)
+                .field("first_page", first_page)
+                .field("page_size", page_size)
+                .field("crcs", &format_args!("<{} checksums>", crcs.len()))
+                .field("data", &format_args!("<{} bytes>", data.len()))
+                .finish(),
+            Message::Zero {
+                region,
+                first_page,
+                pages,
+            } => f
+                .debug_struct("Zero")
+                .field("region", region)
+                .field("first_page", first_page)
+                .field("pages", pages)
+                .finish(),
+            Message::RoundEnd { round, pages } => f
+                .debug_struct("RoundEnd")
+                .field("round", round)
+                .field("pages", pages)
+                .finish(),
+            Message::Finish => f.write_str("Finish"),
+            Message::Done { pages, bytes } => f
+                .debug_struct("Done")
+                .field("pages", pages)
+                .field("bytes", bytes)
+                .finish(),
+            Message::Abort { reason } => f.debug_struct("Abort").field("reason", reason).finish(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of every message, valid.
+    pub(crate) fn samples() -> Vec<Message> {
+        let mut data = vec![0u8; 3 * 4096];
+        for (index, byte) in data.iter_mut().enumerate() {
+            *byte = (index * 7 % 251) as u8;
+        }
+        vec![
+            Message::Begin {
+                regions: vec![
+                    RegionInfo {
+                        name: "pc.ram".into(),
+                        bytes: 4 << 30,
+                        page_size: 4096,
+                    },
+                    RegionInfo {
+                        name: "ünïcode".into(),
+                        bytes: 2 << 20,
+                        page_size: 2 << 20,
+                    },
+                ],
+            },
+            Message::Begin { regions: vec![] },
+            Message::Ready,
+            Message::pages(1, 77, 4096, data),
+            Message::Zero {
+                region: 0,
+                first_page: 5,
+                pages: 1000,
+            },
+            Message::RoundEnd {
+                round: 3,
+                pages: 123_456,
+            },
+            Message::Finish,
+            Message::Done {
+                pages: 9,
+                bytes: 9 * 4096,
+            },
+            Message::Abort {
+                reason: "the destination ran out of memory".into(),
+            },
+            Message::Abort {
+                reason: String::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for message in samples() {
+            message.validate().unwrap();
+            let payload = encode_payload(&message);
+            let decoded = decode_payload(message.kind().to_byte(), &payload).unwrap();
+            assert_eq!(decoded, message);
+        }
+    }
+
+    #[test]
+    fn crc32c_is_the_standard_castagnoli_crc() {
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn pages_computes_one_crc_per_page() {
+        let mut data = vec![0u8; 2 * 4096];
+        data[4096] = 1;
+        let Message::Pages { crcs, .. } = Message::pages(0, 0, 4096, data.clone()) else {
+            unreachable!()
+        };
+        assert_eq!(
+            crcs,
+            vec![crc32c::crc32c(&data[..4096]), crc32c::crc32c(&data[4096..])]
+        );
+        assert_ne!(crcs[0], crcs[1]);
+    }
+
+    #[test]
+    fn wrong_crc_names_region_and_page() {
+        let message = Message::pages(3, 40, 4096, vec![5u8; 3 * 4096]);
+        let mut payload = encode_payload(&message);
+        // Corrupt one byte of the third page's data.
+        let data_start = PAGES_FIELDS_LEN + 3 * 4;
+        payload[data_start + 2 * 4096 + 17] ^= 0x20;
+        let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                MigrationError::Checksum {
+                    region: 3,
+                    page: 42,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("page 42 of region 3"));
+    }
+
+    #[test]
+    fn refuses_unknown_kinds_trailing_bytes_and_short_payloads() {
+        assert!(matches!(
+            decode_payload(0, &[]),
+            Err(MigrationError::UnknownKind { kind: 0 })
+        ));
+        assert!(matches!(
+            decode_payload(9, &[]),
+            Err(MigrationError::UnknownKind { kind: 9 })
+        ));
+        let error = decode_payload(MessageKind::Ready.to_byte(), &[0]).unwrap_err();
+        assert!(error.to_string().contains("1 trailing bytes"), "{error}");
+        for message in samples() {
+            let payload = encode_payload(&message);
+            for cut in 0..payload.len().min(64) {
+                assert!(decode_payload(message.kind().to_byte(), &payload[..cut]).is_err());
+            }
+            let mut longer = payload.clone();
+            longer.push(0);
+            assert!(decode_payload(message.kind().to_byte(), &longer).is_err());
+        }
+    }
+
+    #[test]
+    fn refuses_counts_that_do_not_fit_before_allocating() {
+        // A Pages header claiming u32::MAX pages of 2 MiB in a tiny payload.
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.extend_from_slice(&0u64.to_le_bytes());
+        payload.extend_from_slice(&MAX_PAGES_PAGE_SIZE.to_le_bytes());
+        payload.extend_from_slice(&u32::MAX.to_le_bytes());
+        let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("page count 4294967295 at byte offset 16"),
+            "{error}"
+        );
+        // A Begin claiming many regions.
+        let error = decode_payload(MessageKind::Begin.to_byte(), &u32::MAX.to_le_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("over the limit of 64"), "{error}");
+    }
+
+    #[test]
+    fn refuses_bad_strings_and_page_rules() {
+        let abort = |reason: &[u8]| {
+            let mut payload = (reason.len() as u16).to_le_bytes().to_vec();
+            payload.extend_from_slice(reason);
+            decode_payload(MessageKind::Abort.to_byte(), &payload)
+        };
+        assert!(abort(&[b'x'; 1024]).is_ok());
+        assert!(abort(&[b'x'; 1025])
+            .unwrap_err()
+            .to_string()
+            .contains("over the 1024-byte limit"));
+        assert!(abort(b"ok\xc3")
+            .unwrap_err()
+            .to_string()
+            .contains("not valid UTF-8"));
+
+        let invalid = [
+            Message::pages(0, 0, 4096, vec![]),
+            Message::pages(0, 0, 4096, vec![0; 4097]),
+            Message::pages(0, 0, 8192 + 4096, vec![0; 12288]),
+            Message::pages(0, 0, 4 << 20, vec![0; 4 << 20]),
+            Message::pages(0, 0, 2048, vec![0; 2048]),
+            Message::pages(0, u64::MAX, 4096, vec![0; 4096]),
+            Message::pages(0, 0, 4096, vec![0; MAX_PAYLOAD]),
+            Message::Zero {
+                region: 0,
+                first_page: 0,
+                pages: 0,
+            },
+            Message::Zero {
+                region: 0,
+                first_page: u64::MAX,
+                pages: 1,
+            },
+            Message::Abort {
+                reason: "x".repeat(1025),
+            },
+            Message::Begin {
+                regions: vec![
+                    RegionInfo {
+                        name: "r".into(),
+                        bytes: 0,
+                        page_size: 4096
+                    };
+                    65
+                ],
+            },
+        ];
+        for message in invalid {
+            let error = message.validate().unwrap_err().to_string();
+            assert!(error.starts_with("cannot send"), "{error}");
+            assert!(
+                decode_payload(message.kind().to_byte(), &encode_payload(&message)).is_err(),
+                "{message:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn largest_pages_fit() {
+        let four_k = Message::pages(0, 0, 4096, vec![1; 4 << 20]);
+        four_k.validate().unwrap();
+        assert!(encode_payload(&four_k).len() <= MAX_PAYLOAD);
+        let huge = Message::pages(0, 0, 2 << 20, vec![1; 4 << 20]);
+        huge.validate().unwrap();
+    }
+
+    #[test]
+    fn debug_does_not_dump_page_data() {
+        let shown = format!("{:?}", Message::pages(0, 0, 4096, vec![0; 4096]));
+        assert_eq!(
+            shown,
+            "Pages { region: 0, first_page: 0, page_size: 4096, crcs: <1 checksums>, data: <4096 bytes> }"
+        );
+    }
+}
