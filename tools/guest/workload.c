@@ -6,10 +6,12 @@
  *   workload disk DEV PATTERN (SECONDS | --reads N) [--block B] [--seed S] [--alpha A] [--verify]
  *   workload noop
  *   workload idle SECONDS            sleeps (lets the host act: a balloon, free page reporting)
- *   workload churn MIB SECONDS [--seed S]
+ *   workload churn MIB SECONDS [--seed S] [--report MS]
  *                                    writes MIB, then for SECONDS verifies and rewrites random
  *                                    pages with a new generation each (memory that changes all
- *                                    the time, as during a live migration), then verifies all
+ *                                    the time, as during a live migration), then verifies all;
+ *                                    --report MS prints progress (rewrites so far, guest uptime)
+ *                                    every MS milliseconds
  *   workload selftest                checks the Zipf sampler, the scatter bijection, the page
  *                                    pattern and the command line parser
  *   workload cmdline [FILE]          run the commands in memvisor.run="..." of FILE
@@ -451,10 +453,10 @@ static int cmd_mem(int argc, char **argv) {
  * an array of its own (guest memory too). Returns 0 ok, 1 corruption, 2 error.
  */
 static int cmd_churn(int argc, char **argv) {
-    uint64_t mib = 0, secs = 0, seed = 1;
+    uint64_t mib = 0, secs = 0, seed = 1, report_ms = 0;
     if (argc < 3 || !parse_u64(argv[1], &mib) || mib == 0 || mib > (1u << 20) || !parse_u64(argv[2], &secs) ||
         secs > 3600) {
-        error_line("churn: usage: churn MIB SECONDS [--seed S] (MIB in 1..1048576, SECONDS in 0..3600)");
+        error_line("churn: usage: churn MIB SECONDS [--seed S] [--report MS] (MIB in 1..1048576, SECONDS in 0..3600)");
         return 2;
     }
     for (int i = 3; i < argc; i++) {
@@ -463,6 +465,12 @@ static int cmd_churn(int argc, char **argv) {
             if (!(v = option_value(argc, argv, &i))) return 2;
             if (!parse_u64(v, &seed)) {
                 error_line("churn: --seed must be an unsigned number, got '%s'", v);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--report") == 0) {
+            if (!(v = option_value(argc, argv, &i))) return 2;
+            if (!parse_u64(v, &report_ms) || report_ms == 0 || report_ms > 3600000) {
+                error_line("churn: --report must be milliseconds in 1..3600000, got '%s'", v);
                 return 2;
             }
         } else {
@@ -488,7 +496,13 @@ static int cmd_churn(int argc, char **argv) {
     uint64_t rewrites = 0;
     double end = now_ms() + (double)secs * 1000.0;
     t0 = now_ms();
+    double next_report = t0 + (double)report_ms;
     while (now_ms() < end) {
+        if (report_ms && now_ms() >= next_report) {
+            next_report += (double)report_ms;
+            result_line("phase=churn-progress ms=%.1f rewrites=%" PRIu64 " errors=%" PRIu64, now_ms() - t0, rewrites,
+                        total.errors);
+        }
         for (int k = 0; k < 1024; k++) {
             uint64_t p = rng_below(&rng, pages);
             mem_check(base, p, seed + gen[p] * GOLDEN, &total, &total);
