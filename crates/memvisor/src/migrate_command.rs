@@ -291,9 +291,18 @@ impl Migration<'_> {
         }
     }
 
-    /// After a failure: cancel both migrations; the source guest runs again if it ran.
+    /// After a failure: cancel both migrations (waiting, 30 s at most, until the source's
+    /// memory migration has stopped); the source guest runs again if it ran.
     fn roll_back(&mut self) {
-        let _ = self.control.migrate(&Request::MigrateCancel);
+        if self.control.migrate(&Request::MigrateCancel).is_ok() {
+            let until = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < until {
+                match self.control.status().map(|s| s.migration) {
+                    Ok(Some(m)) if !m.is_over() => std::thread::sleep(POLL),
+                    _ => break,
+                }
+            }
+        }
         if self.qemu_started {
             let _ = self.src.migrate_cancel();
             let _ = self.src.wait_migration_status(

@@ -1,0 +1,321 @@
+//! Live migration (issue 11) when things go wrong, with real TCG guests under `memvisor run`:
+//! the destination dies mid-migration, the source dies mid-migration, the guest writes faster
+//! than the link can carry. In every case the source guest keeps running untouched (it then
+//! verifies all of its memory), and a destination that lost its source discards what it got
+//! and listens again.
+//!
+//! Skipped (with `SKIPPED`) where QEMU or userfaultfd is unavailable, unless `CI=true`.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use memvisor_control::{MigrationStatus, ProcessStatus, RegionStatus};
+use memvisor_testvm::{qemu_binary, GuestConfig, GuestImage, MemoryBackend, RunningGuest};
+
+const MIB: u64 = 1 << 20;
+
+fn image_or_skip(test: &str) -> Option<GuestImage> {
+    if !userfaultfd_usable() {
+        return None;
+    }
+    GuestImage::for_test(test)
+}
+
+/// A key file of 32 random bytes, mode 0600.
+fn key_file(dir: &Path) -> PathBuf {
+    let path = dir.join("key");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut r| std::io::Read::read_exact(&mut r, &mut bytes))
+        .unwrap();
+    f.write_all(&bytes).unwrap();
+    path
+}
+
+/// One end: a guest under `memvisor run` with its own control directory and QMP socket.
+struct End {
+    ctl: PathBuf,
+    qmp: PathBuf,
+    guest: Option<RunningGuest>,
+}
+
+impl End {
+    fn start(
+        dir: &Path,
+        name: &str,
+        image: &GuestImage,
+        config: &GuestConfig,
+        run_args: &[&str],
+        qemu_extra: &[&str],
+    ) -> End {
+        let ctl = dir.join(format!("{name}-ctl"));
+        let qmp = dir.join(format!("{name}.qmp"));
+        let swap = dir.join(format!("{name}-swap"));
+        std::fs::create_dir(&swap).unwrap();
+        let config = config.clone().qmp_socket(&qmp);
+        let mut cmd = memvisor(&ctl);
+        cmd.args(["run", "--swap-dir"])
+            .arg(&swap)
+            .args(run_args)
+            .arg("--")
+            .arg(qemu_binary().unwrap())
+            .args(config.qemu_args(image).unwrap())
+            .args(qemu_extra);
+        End {
+            ctl,
+            qmp,
+            guest: Some(RunningGuest::spawn(cmd).unwrap()),
+        }
+    }
+
+    /// The managed QEMU's status once it shows its guest RAM (30 s at most).
+    fn status(&self) -> ProcessStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = first_managed_status(&self.ctl) {
+                if s.regions.iter().any(|r| r.kind == "guest-memfd") {
+                    return s;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} never answered",
+                self.ctl.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn guest_region(&self) -> RegionStatus {
+        guest_region(&self.status())
+    }
+
+    fn migration(&self) -> MigrationStatus {
+        self.status().migration.expect("a migration status")
+    }
+
+    /// Waits until the guest has written `bytes` of memory.
+    fn wait_written(&self, bytes: u64) {
+        let start = Instant::now();
+        loop {
+            let g = self.guest_region();
+            if g.resident_bytes + g.swapped_bytes >= bytes {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "guest never wrote: {g:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn run_state(&self) -> String {
+        let mut c = memvisor_qmp::QmpClient::connect(
+            &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        c.query_status().unwrap().status
+    }
+
+    /// The guest finishes on its own and verified all of its memory.
+    fn verifies(mut self) {
+        let run = self
+            .guest
+            .take()
+            .unwrap()
+            .wait(Duration::from_secs(180))
+            .unwrap_or_else(|e| panic!("guest: {e}"));
+        let done = run.done().expect("done line");
+        assert!(
+            done.ok && done.errors == 0,
+            "{done:?}\n{}",
+            run.console_tail(10)
+        );
+    }
+}
+
+fn guest_region(s: &ProcessStatus) -> RegionStatus {
+    s.regions
+        .iter()
+        .find(|r| r.kind == "guest-memfd")
+        .cloned()
+        .unwrap()
+}
+
+/// A destination (`-incoming defer`, budget 64M) and a source running `workload` (budget
+/// 64M), with a shared key.
+fn ends(dir: &Path, image: &GuestImage, workload: &str) -> (End, End, PathBuf, u16, u16) {
+    let key = key_file(dir);
+    let config = GuestConfig::new(256, workload)
+        .backend(MemoryBackend::Memfd)
+        .timeout(Duration::from_secs(180));
+    let (mem_port, dev_port) = (free_port(), free_port());
+    let listen = format!("127.0.0.1:{mem_port}");
+    let dst = End::start(
+        dir,
+        "dst",
+        image,
+        &config,
+        &[
+            "--budget",
+            "64M",
+            "--migration-listen",
+            &listen,
+            "--migration-key",
+            key.to_str().unwrap(),
+        ],
+        &["-incoming", "defer"],
+    );
+    let src = End::start(dir, "src", image, &config, &["--budget", "64M"], &[]);
+    (src, dst, key, mem_port, dev_port)
+}
+
+/// Starts `memvisor migrate` of `src` to `dst` in the background with `extra` options.
+fn start_migrate(src: &End, dst: &End, key: &Path, ports: (u16, u16), extra: &[&str]) -> Child {
+    let pid = src.status().pid.to_string();
+    memvisor(&src.ctl)
+        .args([
+            "migrate",
+            &pid,
+            "--to",
+            &format!("127.0.0.1:{}", ports.0),
+            "--key",
+        ])
+        .arg(key)
+        .arg("--qmp")
+        .arg(&src.qmp)
+        .arg("--dest-qmp")
+        .arg(&dst.qmp)
+        .args(["--device-uri", &format!("tcp:127.0.0.1:{}", ports.1)])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the source has sent at least `pages` pages.
+fn wait_sending(src: &End, pages: u64) {
+    let start = Instant::now();
+    loop {
+        if let Some(m) = src.status().migration {
+            if m.pages >= pages {
+                assert!(!m.is_over(), "{m:?}");
+                return;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn kill(pid: u32) {
+    // SAFETY: kill with the pid of a QEMU this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+}
+
+/// The destination QEMU is killed while round 0 runs (slowed to 4 MiB/s): `memvisor migrate`
+/// fails with a message, and the source guest keeps running and verifies all its memory.
+#[test]
+fn a_killed_destination_leaves_the_source_running() {
+    let Some(image) = image_or_skip("a_killed_destination_leaves_the_source_running") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 128 30");
+    src.wait_written(128 * MIB);
+    let migrate = start_migrate(&src, &dst, &key, (mem, dev), &["--max-bandwidth", "4M"]);
+    wait_sending(&src, 1024);
+    kill(dst.status().pid);
+    let out = migrate.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("memory migration failed"), "{e}");
+    let m = src.migration();
+    assert_eq!(m.state, "failed", "{m:?}");
+    assert_eq!(src.run_state(), "running");
+    drop(dst);
+    src.verifies();
+}
+
+/// The source QEMU is killed while round 0 runs: the destination discards what it received
+/// (its guest RAM holds nothing, in memory or swap) and listens again.
+#[test]
+fn a_killed_source_leaves_the_destination_listening_and_empty() {
+    let Some(image) = image_or_skip("a_killed_source_leaves_the_destination_listening_and_empty")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 128 30");
+    src.wait_written(128 * MIB);
+    let migrate = start_migrate(&src, &dst, &key, (mem, dev), &["--max-bandwidth", "4M"]);
+    wait_sending(&src, 1024);
+    let received = dst.migration().pages;
+    kill(src.status().pid);
+    let out = migrate.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let start = Instant::now();
+    let m = loop {
+        let m = dst.migration();
+        if m.error.is_some() && m.state == "listening" {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{m:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let g = dst.guest_region();
+    eprintln!("destination had {received}+ pages, then: {m:?}\n{g:?}");
+    assert!(
+        g.resident_bytes == 0 && g.swapped_bytes == 0,
+        "what was received is discarded: {g:?}"
+    );
+    assert_eq!(dst.run_state(), "inmigrate");
+}
+
+/// A guest rewriting its memory at full speed over a 1 MiB/s link never converges: after
+/// `--converge-timeout` the migration is cancelled cleanly, the destination listens again,
+/// and the source guest verifies.
+#[test]
+fn a_guest_writing_faster_than_the_link_fails_cleanly() {
+    let Some(image) = image_or_skip("a_guest_writing_faster_than_the_link_fails_cleanly") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 32 30");
+    src.wait_written(32 * MIB);
+    let migrate = start_migrate(
+        &src,
+        &dst,
+        &key,
+        (mem, dev),
+        &["--max-bandwidth", "1M", "--converge-timeout", "8s"],
+    );
+    let out = migrate.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("did not converge"), "{e}");
+    assert_eq!(src.migration().state, "cancelled");
+    assert_eq!(src.run_state(), "running");
+    let start = Instant::now();
+    while dst.migration().state != "listening" {
+        assert!(start.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(dst);
+    src.verifies();
+}
