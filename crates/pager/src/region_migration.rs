@@ -23,8 +23,9 @@ impl Region {
         self.migration(MigrationRequest::TrackChanges(false))
     }
 
-    /// Source: the chunks holding data, in the order to send them: resident chunks first
-    /// (what the policy kept in memory), then chunks only in swap or in the disk image.
+    /// Source: the chunks holding data, in the order to send them: resident chunks in the
+    /// policy's rank, most valuable first (read by draining the policy and admitting the
+    /// chunks again, as a policy change does), then chunks only in swap or in the disk image.
     /// Chunks never written are not listed: they are zero.
     pub fn migration_order(&self) -> Result<Vec<usize>, PagerError> {
         let out = Arc::new(Mutex::new(Vec::new()));

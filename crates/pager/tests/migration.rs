@@ -211,3 +211,42 @@ fn bad_requests_are_refused_with_the_region_and_offset() {
         .to_string();
     assert!(e.contains("not inside one chunk"), "{e}");
 }
+
+#[test]
+fn chunks_go_in_the_policys_rank_resident_first() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = PAGES_PER_CHUNK * ps;
+    let r = Region::new(
+        RegionConfig::new(16 * chunk, 6 * chunk, dir.path())
+            .chunk_size(chunk)
+            .policy("fifo".parse().unwrap()),
+    )
+    .unwrap();
+    // Chunks 0..12 written in order under a budget of 6: FIFO keeps the last ones, and ranks
+    // the most recently admitted first. Chunks 12..16 are never written.
+    for c in 0..12 {
+        write(&r, c * chunk, &[c as u8 + 1; 64]);
+    }
+    let order = r.migration_order().unwrap();
+    let resident = r.stats().resident_chunks as usize;
+    assert!((1..=6).contains(&resident), "{resident}");
+    let expect_resident: Vec<usize> = (12 - resident..12).rev().collect();
+    assert_eq!(&order[..resident], &expect_resident[..], "{order:?}");
+    let mut rest = order[resident..].to_vec();
+    rest.sort_unstable();
+    assert_eq!(
+        rest,
+        (0..12 - resident).collect::<Vec<_>>(),
+        "swapped chunks follow: {order:?}"
+    );
+    // The region still works: every written chunk reads back.
+    for c in 0..12 {
+        let mut b = [0u8; 64];
+        read(&r, c * chunk, &mut b);
+        assert_eq!(b, [c as u8 + 1; 64], "chunk {c}");
+    }
+}

@@ -123,20 +123,45 @@ impl FaultHandler {
         Ok(())
     }
 
-    /// The chunks that hold data, resident ones first (the policy keeps the most valuable in
-    /// memory), then those only in swap or only associated with disk-image blocks.
-    fn migration_order(&self) -> Vec<usize> {
-        let mut resident = Vec::new();
+    /// The chunks that hold data, most valuable first: the resident chunks in the policy's
+    /// rank (the reverse of its eviction order), then resident chunks it does not track
+    /// (overrun), then those only in swap or only associated with disk-image blocks. The rank
+    /// is read by draining the policy and admitting the chunks again in the same order, as a
+    /// policy change does (reference bits and ghost entries are lost; the source is leaving).
+    fn migration_order(&mut self) -> Vec<usize> {
+        let mut drained = Vec::with_capacity(self.policy.len());
+        while let Some(u) = self.policy.evict() {
+            drained.push(u);
+        }
+        for &u in &drained {
+            if let Some(v) = self.policy.admit(u) {
+                // Cannot happen (the policy held them all a moment ago); never lose a chunk.
+                self.chunks.push_overrun(v as usize);
+                add(&self.stats().overrun_chunks, 1);
+            }
+        }
+        let mut listed = vec![false; self.chunks.len()];
+        let mut order: Vec<usize> = Vec::with_capacity(self.chunks.len());
+        for u in drained.into_iter().rev() {
+            let c = u as usize;
+            if c < listed.len() && !listed[c] {
+                listed[c] = true;
+                order.push(c);
+            }
+        }
         let mut out = Vec::new();
         for c in 0..self.chunks.len() {
+            if listed[c] {
+                continue;
+            }
             if self.chunks.resident_pages(c) > 0 {
-                resident.push(c);
+                order.push(c);
             } else if self.io.is_stored(c) || self.any_image_pages(c, 0, self.chunks.pages_in(c)) {
                 out.push(c);
             }
         }
-        resident.extend(out);
-        resident
+        order.extend(out);
+        order
     }
 
     /// The chunk of region pages `first_page..first_page + pages`, and the first page's index
