@@ -35,7 +35,7 @@ pub mod host_cache_plot;
 pub mod host_policy;
 pub mod host_sample;
 pub mod hot_scan_stress;
-pub mod interrupt;
+pub use memvisor_control::interrupt;
 pub mod kernel_swap;
 pub mod latency_plot;
 pub mod managed_process;

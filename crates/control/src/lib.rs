@@ -25,6 +25,7 @@ mod deadline_stream;
 pub mod duration;
 pub mod host_memory;
 pub mod http_request;
+pub mod interrupt;
 pub mod launch_env;
 mod metrics_server;
 mod migrate_rules;

@@ -147,6 +147,9 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
     }
     src.set_migration_parameters(params)?;
 
+    // From here on, Ctrl-C (SIGINT, SIGTERM, SIGHUP) rolls both migrations back instead of
+    // leaving the source paused at pre-switchover or sending rounds forever.
+    memvisor_control::interrupt::install();
     let started = Instant::now();
     control.migrate(&Request::Migrate {
         to: args.to.clone(),
@@ -261,6 +264,11 @@ impl Migration<'_> {
             };
             if wanted.contains(&m.state.as_str()) {
                 return Ok(m);
+            }
+            if memvisor_control::interrupt::requested() {
+                return Err(MigrateError::Failed(
+                    "interrupted by a signal; both migrations cancelled".into(),
+                ));
             }
             if m.is_over() {
                 return Err(MigrateError::Failed(format!(

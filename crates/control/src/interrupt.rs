@@ -1,5 +1,6 @@
-//! SIGINT / SIGTERM / SIGHUP become a flag the driver polls, so it can stop its child and tear
-//! down the swap file and cgroups instead of dying with them in place.
+//! SIGINT / SIGTERM / SIGHUP become a flag a long-running command polls, so it can undo what it
+//! started (a benchmark its children, swap file and cgroups; `memvisor migrate` both
+//! migrations) instead of dying with them in place.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
