@@ -319,3 +319,79 @@ fn a_guest_writing_faster_than_the_link_fails_cleanly() {
     drop(dst);
     src.verifies();
 }
+
+/// A TCP proxy to `to` on 127.0.0.1 that forwards its first client's first `limit` bytes,
+/// then cuts both connections (a network failure mid-migration). Returns its port.
+fn cutting_proxy(to: u16, limit: usize) -> u16 {
+    use std::io::Read;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let Ok((mut a, _)) = listener.accept() else {
+            return;
+        };
+        let Ok(mut b) = TcpStream::connect(("127.0.0.1", to)) else {
+            return;
+        };
+        if let (Ok(mut back_from), Ok(mut back_to)) = (b.try_clone(), a.try_clone()) {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back_from, &mut back_to);
+            });
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        let mut sent = 0;
+        while sent < limit {
+            match a.read(&mut buf[..(limit - sent).min(1 << 16)]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => {
+                    if b.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                    sent += k;
+                }
+            }
+        }
+        let _ = a.shutdown(Shutdown::Both);
+        let _ = b.shutdown(Shutdown::Both);
+    });
+    port
+}
+
+/// The connection breaks after 8 MiB of round 0: the source keeps running, the destination
+/// discards what it got and listens again, and a second `memvisor migrate` (no proxy) moves
+/// the guest, which then verifies all of its memory on the destination.
+#[test]
+fn a_dropped_connection_leaves_both_sides_ready_for_a_retry() {
+    let Some(image) = image_or_skip("a_dropped_connection_leaves_both_sides_ready_for_a_retry")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 96 40");
+    src.wait_written(96 * MIB);
+    let proxy = cutting_proxy(mem, 8 << 20);
+    let out = start_migrate(&src, &dst, &key, (proxy, dev), &[])
+        .wait_with_output()
+        .unwrap();
+    assert!(!out.status.success());
+    eprintln!("cut: {}", stderr(&out));
+    assert_eq!(src.migration().state, "failed");
+    assert_eq!(src.run_state(), "running");
+    let start = Instant::now();
+    loop {
+        let m = dst.migration();
+        if m.state == "listening" && m.error.is_some() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{m:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = start_migrate(&src, &dst, &key, (mem, dev), &[])
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "retry: {}", stderr(&out));
+    assert_eq!(dst.migration().state, "completed");
+    drop(src);
+    dst.verifies();
+}
