@@ -1,0 +1,239 @@
+//! The two ends of a live migration over a real TCP connection on 127.0.0.1, each moving real
+//! pager regions in this process: a writer thread keeps changing the source while rounds run,
+//! the sender converges, is told to finish once the writer stopped (as a paused guest), and the
+//! destination then holds every byte; a region mismatch, a wrong key and a cancel fail cleanly
+//! and the receiver takes the next attempt.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memvisor_migration::{
+    MemoryReceiver, MemorySender, MigrationKey, MigrationProgress, Role, SenderOptions,
+    SenderSignals,
+};
+use memvisor_pager::{page_size, Region, RegionConfig};
+
+const CHUNK_PAGES: usize = 8;
+
+fn supported() -> bool {
+    match Region::check_supported() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("SKIPPED: userfaultfd unavailable: {e}");
+            false
+        }
+    }
+}
+
+fn region(dir: &tempfile::TempDir, chunks: usize, budget_chunks: usize) -> Arc<Region> {
+    let chunk = CHUNK_PAGES * page_size();
+    Arc::new(
+        Region::new(
+            RegionConfig::new(chunks * chunk, budget_chunks * chunk, dir.path()).chunk_size(chunk),
+        )
+        .unwrap(),
+    )
+}
+
+fn write(r: &Region, offset: usize, data: &[u8]) {
+    assert!(offset + data.len() <= r.len());
+    // SAFETY: inside the live region; one writer at a time per test.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.as_ptr().add(offset), data.len()) }
+}
+
+fn contents(r: &Region) -> Vec<u8> {
+    let mut out = vec![0u8; r.len()];
+    // SAFETY: inside the live region; nothing writes it meanwhile.
+    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out.as_mut_ptr(), r.len()) };
+    out
+}
+
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A receiver serving `listener` into `regions` on a thread; its progress.
+fn serve(
+    listener: TcpListener,
+    key: MigrationKey,
+    regions: Vec<Arc<Region>>,
+) -> (
+    Arc<MigrationProgress>,
+    std::thread::JoinHandle<Result<(), memvisor_migration::MigrationError>>,
+) {
+    let progress = Arc::new(MigrationProgress::new(Role::Destination, "listening"));
+    let p = progress.clone();
+    let t = std::thread::spawn(move || {
+        MemoryReceiver::new(&key, &p).serve(&listener, || regions.clone())
+    });
+    (progress, t)
+}
+
+fn listener() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+fn options() -> SenderOptions {
+    SenderOptions {
+        max_bandwidth: None,
+        downtime_limit: Duration::from_millis(300),
+    }
+}
+
+#[test]
+fn a_changing_region_arrives_whole_in_a_smaller_budget() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let chunks = 64;
+    let src = region(&dir, chunks, 8);
+    let dst = region(&dir, chunks, 4);
+    let pages = src.len() / ps;
+    let mut rng = Xorshift(0x9e37_79b9);
+    for p in (0..pages).filter(|p| p % 5 != 0) {
+        write(&src, p * ps, &rng.next().to_le_bytes().repeat(ps / 8));
+    }
+    let key = MigrationKey::from_bytes(&[7; 32]).unwrap();
+    let (l, addr) = listener();
+    let (dst_progress, receiver) = serve(l, key.clone(), vec![dst.clone()]);
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut rng = Xorshift(42);
+            while writing.load(Ordering::Relaxed) {
+                let p = (rng.next() as usize) % pages;
+                let at = (rng.next() as usize) % (ps - 8);
+                write(&src, p * ps + at, &rng.next().to_le_bytes());
+                if p % 7 == 0 {
+                    src.discard(p * ps, ps).unwrap();
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        });
+        let control = s.spawn(|| {
+            // Let a few rounds run while the writer changes pages, then "pause the guest".
+            let start = Instant::now();
+            while progress.status().rounds < 3 && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            writing.store(false, Ordering::Relaxed);
+            writer.join().unwrap();
+            signals.finish();
+        });
+        MemorySender::run(
+            std::slice::from_ref(&src),
+            addr,
+            &key,
+            options(),
+            &signals,
+            &progress,
+        )
+        .unwrap();
+        control.join().unwrap();
+    });
+    receiver.join().unwrap().unwrap();
+    let s = progress.status();
+    let d = dst_progress.status();
+    assert_eq!(
+        (s.state.as_str(), d.state.as_str()),
+        ("completed", "completed")
+    );
+    assert!(s.rounds >= 3, "{s:?}");
+    assert_eq!(s.pages + s.zero_pages, d.pages + d.zero_pages);
+    assert!(d.pages_to_memory > 0 && d.pages_to_swap > 0, "{d:?}");
+    assert!(dst.stats().resident_pages as usize <= 4 * CHUNK_PAGES);
+    assert!(
+        contents(&dst) == contents(&src),
+        "the destination holds the source's bytes"
+    );
+}
+
+#[test]
+fn refused_attempts_leave_the_receiver_listening_and_empty() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let src = region(&dir, 16, 4);
+    let small = region(&dir, 8, 4);
+    let dst = region(&dir, 16, 4);
+    for p in 0..src.len() / ps {
+        write(&src, p * ps, &[p as u8 | 1; 64]);
+        if p < small.len() / ps {
+            write(&small, p * ps, &[9; 64]);
+        }
+    }
+    let key = MigrationKey::from_bytes(&[1; 32]).unwrap();
+    let (l, addr) = listener();
+    let (dst_progress, receiver) = serve(l, key.clone(), vec![dst.clone()]);
+    let send = |from: &Arc<Region>, key: &MigrationKey, signals: &SenderSignals| {
+        let progress = MigrationProgress::new(Role::Source, "connecting");
+        let r = MemorySender::run(
+            std::slice::from_ref(from),
+            addr,
+            key,
+            options(),
+            signals,
+            &progress,
+        );
+        (r, progress.status())
+    };
+    let wait_listening = |n: usize| {
+        let start = Instant::now();
+        loop {
+            let d = dst_progress.status();
+            if d.state == "listening" && d.error.is_some() {
+                let g = dst.stats();
+                assert_eq!(g.resident_pages + g.swapped_chunks, 0, "attempt {n}: {g:?}");
+                return d.error.unwrap();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "attempt {n}: {d:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // A source with another region size.
+    let (r, st) = send(&small, &key, &SenderSignals::default());
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("does not match") && e.contains("bytes"), "{e}");
+    assert_eq!(st.state, "failed");
+    assert!(wait_listening(1).contains("does not match"));
+    // A wrong key.
+    let other = MigrationKey::from_bytes(&[2; 32]).unwrap();
+    let (r, _) = send(&src, &other, &SenderSignals::default());
+    assert!(r.unwrap_err().to_string().contains("key"));
+    assert!(wait_listening(2).contains("key"));
+    // Cancelled before it started sending rounds: the destination discards round 0.
+    let cancelled = SenderSignals::default();
+    cancelled.cancel();
+    let (r, st) = send(&src, &key, &cancelled);
+    assert!(r.is_err());
+    assert_eq!(st.state, "cancelled");
+    assert!(wait_listening(3).contains("cancelled"));
+    // And then one that completes.
+    let finishing = SenderSignals::default();
+    finishing.finish();
+    let (r, st) = send(&src, &key, &finishing);
+    r.unwrap();
+    assert_eq!(st.state, "completed");
+    receiver.join().unwrap().unwrap();
+    assert!(contents(&dst) == contents(&src));
+}
