@@ -150,8 +150,8 @@ impl FaultHandler {
             }
         }
         let mut out = Vec::new();
-        for c in 0..self.chunks.len() {
-            if listed[c] {
+        for (c, &done) in listed.iter().enumerate() {
+            if done {
                 continue;
             }
             if self.chunks.resident_pages(c) > 0 {
