@@ -86,6 +86,8 @@ pub enum MigrateError {
 
 const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
+/// Polling while the guest is paused (every millisecond there is downtime).
+const PAUSED_POLL: Duration = Duration::from_millis(2);
 
 /// Runs the whole migration and prints progress (stderr) and a summary (stdout).
 pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
@@ -203,7 +205,7 @@ impl Migration<'_> {
     ) -> Result<Summary, MigrateError> {
         // 1. Memory rounds while the guest runs.
         let deadline = Instant::now() + converge_timeout;
-        let m = self.wait_memory(&["converged"], Some(deadline))?;
+        let m = self.wait_memory(&["converged"], Some(deadline), POLL)?;
         eprintln!(
             "memvisor: memory converged after {} rounds ({} pages, {}); starting device state",
             m.rounds,
@@ -223,7 +225,7 @@ impl Migration<'_> {
             .wait_migration_status(&["pre-switchover"], Duration::from_secs(60))?;
         // 3. The last memory round, guest paused.
         self.control.migrate(&Request::MigrateFinish)?;
-        let memory = self.wait_memory(&["completed"], None)?;
+        let memory = self.wait_memory(&["completed"], None, PAUSED_POLL)?;
         // 4. Switch over.
         self.src.migrate_continue("pre-switchover")?;
         let info = self
@@ -232,7 +234,7 @@ impl Migration<'_> {
         let mut state = self.dst.query_status()?;
         let until = Instant::now() + Duration::from_secs(30);
         while state.status == "inmigrate" && Instant::now() < until {
-            std::thread::sleep(POLL);
+            std::thread::sleep(PAUSED_POLL);
             state = self.dst.query_status()?;
         }
         if self.was_running && !state.running && state.status == "paused" {
@@ -248,12 +250,14 @@ impl Migration<'_> {
         })
     }
 
-    /// Polls the source's memory migration until its state is one of `wanted` (printing
-    /// progress about once a second); a failed or cancelled one, or the deadline, is an error.
+    /// Polls the source's memory migration every `poll` until its state is one of `wanted`
+    /// (printing progress about once a second); a failed or cancelled one, or the deadline, is
+    /// an error.
     fn wait_memory(
         &mut self,
         wanted: &[&str],
         deadline: Option<Instant>,
+        poll: Duration,
     ) -> Result<MigrationStatus, MigrateError> {
         loop {
             let status = self.control.status()?;
@@ -295,7 +299,7 @@ impl Migration<'_> {
                     m.last_round_changed_pages
                 );
             }
-            std::thread::sleep(POLL);
+            std::thread::sleep(poll);
         }
     }
 

@@ -38,7 +38,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// after clearing its regions, `Done` after installing the last round).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between rounds once converged, waiting for the finish signal.
-const CONVERGED_PAUSE: Duration = Duration::from_millis(50);
+const CONVERGED_PAUSE: Duration = Duration::from_millis(20);
 
 /// How a source migration runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
