@@ -41,8 +41,9 @@ pub struct RegionStatus {
     /// Region name (as pager errors spell it).
     pub name: String,
     /// `arena` (anonymous mappings carved from one region), `guest-memfd` (QEMU
-    /// `memory-backend-memfd` guest RAM) or `fixed` (an anonymous mapping at a fixed address,
-    /// e.g. QEMU's plain guest RAM).
+    /// `memory-backend-memfd` guest RAM), `guest-file` (QEMU `memory-backend-file` guest RAM in
+    /// an empty tmpfs file) or `fixed` (an anonymous mapping at a fixed address, e.g. QEMU's
+    /// plain guest RAM).
     pub kind: String,
     /// Start address of the region's mapping.
     pub address: u64,

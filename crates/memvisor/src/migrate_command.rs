@@ -33,7 +33,9 @@ use memvisor_qmp::{QmpAddress, QmpClient, QmpError};
 #[command(after_help = "\
 The destination QEMU must run under `memvisor run --migration-listen IP:PORT --migration-key \
 FILE`, started with `-incoming defer` (or `-incoming URI` equal to --device-uri), the same \
-guest RAM size and memory-backend-memfd,share=on. Both QEMUs need a QMP socket.
+guest RAM size, and guest RAM that memvisor manages: memory-backend-memfd,share=on, or \
+memory-backend-file,mem-path=<tmpfs>,share=on (needed from QEMU 8.1 on). Both QEMUs need a QMP \
+socket.
 
 Example (one host):
   memvisor migrate 4242 --to 127.0.0.1:7070 --key /etc/memvisor/migration.key \\

@@ -46,10 +46,11 @@ fn image_or_skip(test: &str) -> Option<GuestImage> {
 }
 
 /// The region kind and the memfd name (in `/proc/PID/fd`) guest RAM has under the library.
-fn expected_region(backend: MemoryBackend) -> (&'static str, &'static str) {
+fn expected_region(backend: &MemoryBackend) -> (&'static str, String) {
     match backend {
-        MemoryBackend::Memfd => ("guest-memfd", "/memfd:memory-backend-memfd"),
-        MemoryBackend::Anonymous => ("fixed", "/memfd:memvisor-fixed"),
+        MemoryBackend::Memfd => ("guest-memfd", "/memfd:memory-backend-memfd".into()),
+        MemoryBackend::Anonymous => ("fixed", "/memfd:memvisor-fixed".into()),
+        MemoryBackend::File(path) => ("guest-file", path.to_string_lossy().into_owned()),
     }
 }
 
@@ -95,7 +96,7 @@ fn run_under_memvisor(image: &GuestImage, config: &GuestConfig) -> ManagedRun {
         .arg("--")
         .arg(qemu_binary().unwrap())
         .args(config.qemu_args(image).unwrap());
-    let (_, link_prefix) = expected_region(config.backend);
+    let (_, link_prefix) = expected_region(&config.backend);
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
@@ -105,7 +106,7 @@ fn run_under_memvisor(image: &GuestImage, config: &GuestConfig) -> ManagedRun {
         thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
                 if let Some(status) = first_managed_status(&ctl) {
-                    let memfd_bytes = memfd_bytes(status.pid, link_prefix);
+                    let memfd_bytes = memfd_bytes(status.pid, &link_prefix);
                     samples.lock().unwrap().push(Sample {
                         at: started.elapsed(),
                         status,
@@ -273,10 +274,10 @@ fn boot_and_check(test: &str, backend: MemoryBackend, patterns: &[MemPhaseKind])
     let Some(image) = image_or_skip(test) else {
         return;
     };
-    let config = guest(backend, patterns);
+    let config = guest(backend.clone(), patterns);
     let m = run_under_memvisor(&image, &config);
     check_guest_results(&m.run, patterns);
-    let (kind, _) = expected_region(backend);
+    let (kind, _) = expected_region(&backend);
     let last = check_paging(&m.samples, kind);
     eprintln!(
         "{test}: {:.1} s, {} stat samples; phases {}; {kind}: {}",

@@ -11,13 +11,16 @@ use crate::shim_guard::{is_pager_thread, ShimGuard};
 
 /// QEMU's guest-RAM memfd, as `/proc/self/fd/N` names it.
 const GUEST_MEMFD_LINK: &[u8] = b"/memfd:memory-backend-memfd";
+/// Any memfd, as `/proc/self/fd/N` names it.
+const MEMFD_LINK: &[u8] = b"/memfd:";
 
 fn page_round(len: usize) -> usize {
     len.next_multiple_of(memvisor_pager::page_size())
 }
 
-/// Whether `fd` is a QEMU `memory-backend-memfd` memfd. Does not allocate.
-fn is_guest_memfd(fd: c_int) -> bool {
+/// The first bytes of `fd`'s `/proc/self/fd` link (enough to tell a memfd's name), read into
+/// `link`; the returned length is 0 if it cannot be read. Does not allocate.
+fn fd_link(fd: c_int, link: &mut [u8; 64]) -> usize {
     let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
     let mut n = fd as u32;
     let mut digits = [0u8; 10];
@@ -33,10 +36,62 @@ fn is_guest_memfd(fd: c_int) -> bool {
     for i in 0..k {
         path[14 + i] = digits[k - 1 - i];
     }
-    let mut link = [0u8; 64];
     // SAFETY: `path` is NUL-terminated; readlink writes at most `link.len()` bytes.
     let r = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
-    r > 0 && link[..r as usize].starts_with(GUEST_MEMFD_LINK)
+    r.max(0) as usize
+}
+
+/// Whether `fd` is a regular file on tmpfs, open for reading and writing, that holds no data
+/// yet and is at least `len` bytes long: guest RAM a region can adopt without changing what
+/// the program sees (QEMU's `memory-backend-file` with `mem-path` on `/dev/shm`). A file with
+/// data, on another filesystem, or opened read-only is not. Raw system calls into stack
+/// buffers: does not allocate.
+fn is_empty_tmpfs_file(fd: c_int, len: usize) -> bool {
+    // SAFETY: F_GETFL takes no argument and returns the status flags or -1.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fl < 0 || fl & libc::O_ACCMODE != libc::O_RDWR {
+        return false;
+    }
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `fs` is a writable, properly sized `struct statfs`; fstatfs fills it or fails.
+    if unsafe { libc::fstatfs(fd, fs.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded (and zeroed memory is a valid statfs too).
+    let fs = unsafe { fs.assume_init() };
+    if fs.f_type != libc::TMPFS_MAGIC {
+        return false;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a writable, properly sized `struct stat`; fstat fills it or fails.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstat succeeded (and zeroed memory is a valid stat too).
+    let st = unsafe { st.assume_init() };
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+        && st.st_blocks == 0
+        && u64::try_from(st.st_size).is_ok_and(|size| size >= len as u64)
+}
+
+/// Which guest RAM a `MAP_SHARED` read-write mapping of `fd` at offset 0 for `len` bytes is:
+/// QEMU's `memory-backend-memfd` memfd, an empty tmpfs file in QEMU
+/// ([`is_empty_tmpfs_file`]; other memfds, and other programs' shared tmpfs files, which other
+/// processes may map too, are not), or neither. Does not allocate.
+fn guest_ram_kind(fd: c_int, len: usize) -> Option<FixedKind> {
+    let mut link = [0u8; 64];
+    let n = fd_link(fd, &mut link);
+    let link = &link[..n];
+    if link.starts_with(GUEST_MEMFD_LINK) {
+        Some(FixedKind::GuestMemfd)
+    } else if mp::PROGRAM_IS_QEMU.load(Ordering::Acquire)
+        && !link.starts_with(MEMFD_LINK)
+        && is_empty_tmpfs_file(fd, len)
+    {
+        Some(FixedKind::GuestFile)
+    } else {
+        None
+    }
 }
 
 /// `mmap`.
@@ -111,8 +166,9 @@ pub unsafe fn mmap(
         mp::arena_map(len)
     } else if anonymous && private && fixed {
         mp::fixed_map(Some(a), len, FixedKind::FixedAnonymous, None)
-    } else if !anonymous && shared && fd >= 0 && off == 0 && is_guest_memfd(fd) {
-        mp::fixed_map(fixed.then_some(a), len, FixedKind::GuestMemfd, Some(fd))
+    } else if !anonymous && shared && fd >= 0 && off == 0 {
+        guest_ram_kind(fd, len)
+            .and_then(|kind| mp::fixed_map(fixed.then_some(a), len, kind, Some(fd)))
     } else {
         None
     };

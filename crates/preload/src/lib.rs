@@ -11,11 +11,20 @@
 //!   fault-handler thread, one policy for all of them;
 //! * a private anonymous read-write `MAP_FIXED` mapping of at least `--min-region` outside the
 //!   arena (QEMU's plain guest RAM over its `PROT_NONE` reservation): a region at that address;
-//! * a shared mapping of QEMU's `memory-backend-memfd` memfd: a region adopting the memfd.
+//! * a shared mapping of QEMU's `memory-backend-memfd` memfd: a region adopting the memfd;
+//! * in QEMU (a program named `qemu-system-*` or `qemu-kvm`), a `MAP_SHARED` read-write
+//!   mapping, at offset 0 and of at least `--min-region` bytes, of a regular file on tmpfs that is open read-write, at least as long as the mapping and holds
+//!   no data yet (`st_blocks` 0): QEMU's `-object memory-backend-file,mem-path=/dev/shm/...,
+//!   share=on` (needed for `x-ignore-shared` live migration from QEMU 8.1 on). A region adopts
+//!   the file (status kind `guest-file`); its pages out of memory are holes in the file, so
+//!   nothing else may use the file meanwhile (another process mapping it, `read` of it, or its
+//!   content after the process ends sees zeros there).
 //!
 //! Never managed: mappings below the threshold, `PROT_NONE` reservations, executable mappings
-//! (QEMU's TCG code buffer), file mappings other than QEMU's guest-RAM memfd, stacks, huge-page
-//! mappings, and anything a pager thread maps.
+//! (QEMU's TCG code buffer), private or read-only file mappings, shared mappings of files with
+//! data, of files on other filesystems than tmpfs, of tmpfs files in programs other than QEMU
+//! (`shm_open` segments other processes share), or of memfds other than QEMU's guest-RAM
+//! memfd, stacks, huge-page mappings, and anything a pager thread maps.
 //!
 //! Consistency: `munmap` of managed memory discards it (it reads as zeros if mapped again) and
 //! returns whole chunks to the arena; `madvise(MADV_DONTNEED | MADV_REMOVE | MADV_FREE)`

@@ -8,7 +8,9 @@
 //! * **Fixed regions**: a private anonymous read-write `mmap(MAP_FIXED)` of at least
 //!   `min_region` outside the arena (QEMU's plain guest RAM placed over its `PROT_NONE`
 //!   reservation) gets a region of its own at that address; a `MAP_SHARED` mapping of QEMU's
-//!   `memory-backend-memfd` guest-RAM memfd gets a region adopting that memfd.
+//!   `memory-backend-memfd` guest-RAM memfd gets a region adopting that memfd, and one of an
+//!   empty regular file on tmpfs (QEMU's `memory-backend-file` with `mem-path` under
+//!   `/dev/shm`) a region adopting that file (the interposer decides which mappings qualify).
 //! * **Budget split**: the process budget is divided among the regions in proportion to their
 //!   weight, rebalanced whenever a region comes or goes or the budget is set: a fixed region
 //!   weighs its size, the arena the bytes the program has mapped in it (at least one chunk).
@@ -43,6 +45,11 @@ pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub static MIN_REGION: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Whether image reads into fixed regions go through the swap mapper (`--swap-mapper`).
 pub static SWAP_MAPPER: AtomicBool = AtomicBool::new(false);
+/// Whether the program is QEMU (its name starts with `qemu-system` or `qemu-kvm`): only then
+/// is an empty tmpfs file mapped shared taken for guest RAM (`memory-backend-file`). Another
+/// program's shared tmpfs file is often shared with other processes (`shm_open` segments),
+/// which would see holes where memvisor paged memory out.
+pub static PROGRAM_IS_QEMU: AtomicBool = AtomicBool::new(false);
 /// The arena's address range, `[start, end)`.
 static ARENA_START: AtomicUsize = AtomicUsize::new(0);
 static ARENA_END: AtomicUsize = AtomicUsize::new(0);
@@ -63,16 +70,26 @@ static STATE: Mutex<Option<ManagedProcess>> = Mutex::new(None);
 pub enum FixedKind {
     /// QEMU `memory-backend-memfd` guest RAM.
     GuestMemfd,
+    /// Guest RAM in a regular file on tmpfs that held no data when it was mapped (QEMU's
+    /// `memory-backend-file` with `mem-path` on `/dev/shm`, `share=on`).
+    GuestFile,
     /// A private anonymous mapping at a fixed address.
     FixedAnonymous,
 }
 
 impl FixedKind {
-    fn name(self) -> &'static str {
+    /// The kind's name in the status (`memvisor stat`) and the region's name.
+    pub fn name(self) -> &'static str {
         match self {
             Self::GuestMemfd => "guest-memfd",
+            Self::GuestFile => "guest-file",
             Self::FixedAnonymous => "fixed",
         }
+    }
+
+    /// Whether the region holds guest RAM that a live migration moves.
+    pub fn is_guest_memory(self) -> bool {
+        matches!(self, Self::GuestMemfd | Self::GuestFile)
     }
 }
 
@@ -255,6 +272,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     ARENA_END.store(start + size, Ordering::Release);
     MIN_REGION.store(config.min_region, Ordering::Release);
     SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
+    PROGRAM_IS_QEMU.store(is_qemu(&program), Ordering::Release);
     let state = ManagedProcess {
         budget: config.budget,
         policy: config.policy.clone(),
@@ -584,8 +602,8 @@ pub fn arena_remap(
 }
 
 /// Creates a fixed region at `addr` (for `MAP_FIXED` or guest RAM) and rebalances the budget.
-/// `memfd`: the guest-RAM memfd to adopt (a duplicate is taken). `None` leaves the mapping to
-/// the kernel (the reason is printed once).
+/// `memfd`: the guest-RAM memfd or tmpfs file to adopt (a duplicate is taken). `None` leaves
+/// the mapping to the kernel (the reason is printed once).
 pub fn fixed_map(
     addr: Option<usize>,
     len: usize,
@@ -617,7 +635,7 @@ pub fn fixed_map(
         // SAFETY: F_DUPFD_CLOEXEC takes a descriptor number and returns a new one or -1.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
-            p.note_unmanaged(len, "cannot duplicate the guest-RAM memfd");
+            p.note_unmanaged(len, "cannot duplicate the guest-RAM file descriptor");
             return None;
         }
         // SAFETY: fcntl returned a fresh descriptor that nothing else owns.
@@ -746,9 +764,15 @@ pub fn with_fixed_memfd<R>(
     Some(f(&fixed.region))
 }
 
-/// The guest-memory regions (QEMU `memory-backend-memfd` RAM) in the order they were created:
-/// what a live migration moves. A region unmapped while a migration holds it cancels the
-/// migration first ([`fixed_unmap`]).
+/// Whether `program` (the name `argv[0]` gives) is QEMU.
+fn is_qemu(program: &str) -> bool {
+    program.starts_with("qemu-system") || program.starts_with("qemu-kvm")
+}
+
+/// The guest-memory regions in the order they were created, `memory-backend-memfd` RAM
+/// ([`FixedKind::GuestMemfd`]) and tmpfs `memory-backend-file` RAM ([`FixedKind::GuestFile`])
+/// mixed as QEMU mapped them: what a live migration moves. A region unmapped while a migration
+/// holds it cancels the migration first ([`fixed_unmap`]).
 pub fn guest_memory_regions() -> Vec<Arc<Region>> {
     let guard = lock();
     let Some(p) = guard.as_ref() else {
@@ -757,7 +781,7 @@ pub fn guest_memory_regions() -> Vec<Arc<Region>> {
     // `fixed` keeps creation order (removals shift, never reorder).
     p.fixed
         .iter()
-        .filter(|f| matches!(f.kind, FixedKind::GuestMemfd))
+        .filter(|f| f.kind.is_guest_memory())
         .map(|f| f.region.clone())
         .collect()
 }
@@ -771,5 +795,33 @@ pub fn has_fixed() -> bool {
 pub fn note_unmanaged(len: usize, why: &str) {
     if let Some(p) = lock().as_mut() {
         p.note_unmanaged(len, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_qemu, FixedKind};
+
+    #[test]
+    fn only_qemu_programs_count_as_qemu() {
+        for p in ["qemu-system-x86_64", "qemu-system-aarch64", "qemu-kvm"] {
+            assert!(is_qemu(p), "{p}");
+        }
+        for p in ["postgres", "redis-server", "qemu-img", "my-qemu-system", ""] {
+            assert!(!is_qemu(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn guest_ram_kinds_are_named_and_migrated() {
+        let kinds = [
+            FixedKind::GuestMemfd,
+            FixedKind::GuestFile,
+            FixedKind::FixedAnonymous,
+        ];
+        let names: Vec<_> = kinds.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["guest-memfd", "guest-file", "fixed"]);
+        let migrated: Vec<_> = kinds.iter().map(|k| k.is_guest_memory()).collect();
+        assert_eq!(migrated, [true, true, false]);
     }
 }

@@ -99,7 +99,8 @@ fn start_source(to: SocketAddr, key_file: &Path, options: SenderOptions) -> Resu
     if regions.is_empty() {
         return Err(
             "no guest memory to migrate: start QEMU with -object memory-backend-memfd,...,share=on \
-             -machine memory-backend=..."
+             or -object memory-backend-file,...,mem-path=FILE-OR-DIR-ON-TMPFS,share=on (e.g. \
+             under /dev/shm), and -machine memory-backend=..."
                 .into(),
         );
     }

@@ -14,7 +14,7 @@ use crate::qemu_binary::qemu_binary;
 use crate::running_guest::RunningGuest;
 
 /// Where QEMU gets the guest's RAM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum MemoryBackend {
     /// QEMU's default: private anonymous memory.
     #[default]
@@ -22,6 +22,12 @@ pub enum MemoryBackend {
     /// A shared memfd (`-object memory-backend-memfd,...,share=on`), named
     /// `memory-backend-memfd` in `/proc/PID/maps`: what memvisor manages.
     Memfd,
+    /// A shared file (`-object memory-backend-file,...,mem-path=PATH,share=on`): QEMU opens
+    /// the file `PATH` (creating it if missing), or creates and unlinks a temporary file in it
+    /// if `PATH` is a directory. On tmpfs (`/dev/shm`) and empty, memvisor adopts it as it
+    /// adopts the memfd (region kind `guest-file`); QEMU 8.1+ needs this form for
+    /// `x-ignore-shared` migration.
+    File(PathBuf),
 }
 
 /// QEMU's `cache=` mode for a drive (how the host page cache is used).
@@ -283,13 +289,24 @@ impl GuestConfig {
         }
         let mem = format!("{}M", self.memory_mib);
         push(&["-smp", &self.cpus.to_string(), "-m", &mem]);
-        if self.backend == MemoryBackend::Memfd {
-            push(&[
-                "-object",
-                &format!("memory-backend-memfd,id=ram,size={mem},share=on"),
-                "-machine",
-                "memory-backend=ram",
-            ]);
+        let backend = match &self.backend {
+            MemoryBackend::Anonymous => None,
+            MemoryBackend::Memfd => {
+                Some(format!("memory-backend-memfd,id=ram,size={mem},share=on"))
+            }
+            MemoryBackend::File(path) => {
+                let path = path.to_str().ok_or_else(|| TestVmError::InvalidConfig {
+                    reason: format!("memory backend path {} is not UTF-8", path.display()),
+                })?;
+                // QEMU option syntax: a comma inside a value is written as two.
+                Some(format!(
+                    "memory-backend-file,id=ram,size={mem},mem-path={},share=on",
+                    path.replace(',', ",,")
+                ))
+            }
+        };
+        if let Some(backend) = backend {
+            push(&["-object", &backend, "-machine", "memory-backend=ram"]);
         }
         args.push("-kernel".into());
         args.push(image.kernel.clone().into());
@@ -379,6 +396,7 @@ pub fn kvm_works(image: &GuestImage) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
 
     fn image() -> GuestImage {
         GuestImage {
@@ -413,6 +431,21 @@ mod tests {
         assert_eq!(
             args.last().unwrap(),
             "console=ttyS0 quiet panic=-1 no_timer_check memvisor.run=\"mem 256\""
+        );
+    }
+
+    #[test]
+    fn file_guest_command_line_escapes_commas() {
+        let config = GuestConfig::new(512, "mem 256")
+            .backend(MemoryBackend::File("/dev/shm/a,b/ram".into()))
+            .accel(AccelChoice::Fixed(Accel::Tcg));
+        let joined = args(&config).join(" ");
+        assert!(
+            joined.contains(
+                "-m 512M -object memory-backend-file,id=ram,size=512M,mem-path=/dev/shm/a,,b/ram,\
+                 share=on -machine memory-backend=ram -kernel /g/vmlinuz"
+            ),
+            "{joined}"
         );
     }
 
@@ -468,6 +501,11 @@ mod tests {
             "0 CPUs is outside 1..=64"
         );
         assert!(reason(GuestConfig::new(512, "x".repeat(2100))).contains("the limit is 2047"));
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"/dev/shm/\xff");
+        assert_eq!(
+            reason(GuestConfig::new(512, "noop").backend(MemoryBackend::File(not_utf8.into()))),
+            "memory backend path /dev/shm/\u{fffd} is not UTF-8"
+        );
         let missing = GuestConfig::new(512, "noop")
             .accel(tcg)
             .disk(DiskConfig::new("/nonexistent/disk.img"))
