@@ -37,6 +37,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for any read or write on the connection (the destination answers `Ready`
 /// after clearing its regions, `Done` after installing the last round).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Round 0 must send this much for its rate to count.
+const MIN_MEASURED_BYTES: u64 = 8 << 20;
+/// The rate assumed when round 0 sent too little to measure one, bytes per second.
+const ASSUMED_RATE: f64 = 64.0 * (1 << 20) as f64;
 /// Pause between rounds once converged, waiting for the finish signal.
 const CONVERGED_PAUSE: Duration = Duration::from_millis(20);
 
@@ -179,12 +183,11 @@ impl<'a> MemorySender<'a> {
         self.progress.set_state("sending");
         let started = Instant::now();
         self.round_zero()?;
-        // The rate the link and the pager sustained in round 0 decides convergence.
-        let rate = self.bytes_sent as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        let rate = match self.options.max_bandwidth {
-            Some(b) => rate.min(b as f64),
-            None => rate,
-        };
+        let rate = convergence_rate(
+            self.bytes_sent,
+            started.elapsed(),
+            self.options.max_bandwidth,
+        );
         let mut round = 1;
         loop {
             self.check_cancel()?;
@@ -316,6 +319,21 @@ impl<'a> MemorySender<'a> {
     }
 }
 
+/// The rate (bytes per second) that decides convergence: what round 0 sustained (`bytes` in
+/// `elapsed`), or [`ASSUMED_RATE`] when round 0 sent too little to measure one (a guest of
+/// mostly zero pages), never above the bandwidth limit.
+fn convergence_rate(bytes: u64, elapsed: Duration, max_bandwidth: Option<u64>) -> f64 {
+    let rate = if bytes >= MIN_MEASURED_BYTES {
+        bytes as f64 / elapsed.as_secs_f64().max(1e-3)
+    } else {
+        ASSUMED_RATE
+    };
+    match max_bandwidth {
+        Some(b) => rate.min(b as f64),
+        None => rate,
+    }
+}
+
 /// The error for a message other than the one expected.
 pub(crate) fn unexpected(expected: &'static str, got: &Message) -> MigrationError {
     MigrationError::Unexpected {
@@ -334,4 +352,29 @@ pub(crate) fn truncate(mut s: String, max: usize) -> String {
         s.truncate(at);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn convergence_rate_is_measured_assumed_or_capped() {
+        let s = Duration::from_secs(1);
+        assert_eq!(convergence_rate(100 << 20, s, None), (100 << 20) as f64);
+        // Nothing (or a few pages) sent: no measurement, a modest assumed rate, not zero.
+        assert_eq!(convergence_rate(0, s, None), ASSUMED_RATE);
+        assert_eq!(
+            convergence_rate(8192, Duration::from_millis(1), None),
+            ASSUMED_RATE
+        );
+        // The bandwidth limit caps both.
+        assert_eq!(
+            convergence_rate(100 << 20, s, Some(1 << 20)),
+            (1 << 20) as f64
+        );
+        assert_eq!(convergence_rate(0, s, Some(1 << 20)), (1 << 20) as f64);
+        // A round 0 that took no measurable time does not divide by zero.
+        assert!(convergence_rate(16 << 20, Duration::ZERO, None).is_finite());
+    }
 }

@@ -241,3 +241,60 @@ fn refused_attempts_leave_the_receiver_listening_and_empty() {
     receiver.join().unwrap().unwrap();
     assert!(contents(&dst) == contents(&src));
 }
+
+/// A region of zero pages (round 0 sends nothing, so no rate can be measured) converges while a
+/// writer, from round 1 on, keeps changing one page, and arrives whole.
+#[test]
+fn a_region_of_zero_pages_converges_and_arrives() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let src = region(&dir, 32, 8);
+    let dst = region(&dir, 32, 8);
+    let key = MigrationKey::from_bytes(&[3; 32]).unwrap();
+    let (l, addr) = listener();
+    let (_, receiver) = serve(l, key.clone(), vec![dst.clone()]);
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut n = 0u64;
+            while progress.status().rounds < 1 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            while writing.load(Ordering::Relaxed) {
+                n += 1;
+                write(&src, 7 * ps, &n.to_le_bytes());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        s.spawn(|| {
+            let start = Instant::now();
+            while progress.state() != "converged" {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never converged: {:?}",
+                    progress.status()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            writing.store(false, Ordering::Relaxed);
+            writer.join().unwrap();
+            signals.finish();
+        });
+        MemorySender::run(
+            std::slice::from_ref(&src),
+            addr,
+            &key,
+            options(),
+            &signals,
+            &progress,
+        )
+        .unwrap();
+    });
+    receiver.join().unwrap().unwrap();
+    assert!(contents(&dst) == contents(&src));
+}
