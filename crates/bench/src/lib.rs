@@ -23,11 +23,15 @@
 //! [`HostPolicy`]s (nothing, a periodic drop of the image's whole cache, memvisor's scrubber
 //! under its frequency control), samples the host once a second ([`HostSample`]) and writes a
 //! table and a plot of the host cache over time ([`scrub_eval`]).
+//! `migration-eval` (issue 11) live-migrates churning QEMU guests between two QEMUs on this
+//! host with `memvisor migrate` and with QEMU's own precopy, into a small budget and out of
+//! one, and reports time, downtime, swap traffic and the guest's speed ([`migration_eval`]).
 //!
 //! See the crate README for the commands and what is measured.
 
 pub mod bench_error;
 pub mod byte_size;
+pub mod churn_progress;
 pub mod counters;
 pub mod dirty_probe;
 pub mod driver;
@@ -38,8 +42,14 @@ pub mod hot_scan_stress;
 pub use memvisor_control::interrupt;
 pub mod kernel_swap;
 pub mod latency_plot;
+pub mod live_guest;
 pub mod managed_process;
 pub mod memory_cgroup;
+pub mod migration_end;
+pub mod migration_eval;
+pub mod migration_eval_config;
+pub mod migration_eval_report;
+pub mod migration_run;
 pub mod paced_get_load;
 pub mod page_pattern;
 pub mod policy_driver;

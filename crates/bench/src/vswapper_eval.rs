@@ -248,6 +248,7 @@ pub fn vswapper_eval(
     // inside the work directory (which may be a shared one such as /var/tmp), removed at the end.
     let private = tempfile::Builder::new()
         .prefix("vswapper-eval-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(&config.work_dir)
         .map_err(|e| BenchError::io("create a private directory in", &config.work_dir, e))?;
     let dir = private.path();

@@ -254,6 +254,12 @@ fn install(
     let n = (data.len() / pg) as u64;
     page_range(r, first, n, pg as u64)?;
     let ppc = (r.chunk_size() / pg) as u64;
+    if first % ppc + n <= ppc {
+        // The usual case, one chunk: the message's buffer goes to the pager as it is.
+        let placed = r.install_pages(first as usize, data)?;
+        progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
+        return Ok(n);
+    }
     let mut at = first;
     let mut rest: &[u8] = &data;
     while !rest.is_empty() {

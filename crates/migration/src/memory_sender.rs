@@ -283,10 +283,17 @@ impl<'a> MemorySender<'a> {
         n: usize,
         zeros: bool,
     ) -> Result<(), MigrationError> {
-        let read = region.read_for_migration(first, n)?;
+        let mut read = region.read_for_migration(first, n)?;
         let pg = read.page_size;
-        for (f, k) in read.nonzero_runs() {
-            let data = read.bytes(f, k).to_vec();
+        let runs = read.nonzero_runs();
+        let whole = runs == [(0, read.len())];
+        for (f, k) in runs {
+            // The usual case, every page holding data, sends the read's buffer as it is.
+            let data = if whole {
+                std::mem::take(&mut read.data)
+            } else {
+                read.bytes(f, k).to_vec()
+            };
             self.limiter.pace(data.len() as u64);
             self.stream.send(&Message::pages(
                 ri as u32,

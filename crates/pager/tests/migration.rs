@@ -250,3 +250,24 @@ fn chunks_go_in_the_policys_rank_resident_first() {
         assert_eq!(b, [c as u8 + 1; 64], "chunk {c}");
     }
 }
+
+#[test]
+fn swap_reads_for_migration_count_as_swap_reads() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let r = region(&dir, ResolveMode::Copy, 16, 2);
+    let mut data = vec![0u8; r.len()];
+    pattern(5, &mut data);
+    write(&r, 0, &data);
+    let before = r.stats();
+    for (first, n) in chunk_runs(&r) {
+        r.read_for_migration(first, n).unwrap();
+    }
+    let after = r.stats();
+    assert!(
+        after.bytes_read - before.bytes_read >= (12 * PAGES_PER_CHUNK * page_size()) as u64,
+        "{before:?}\n{after:?}"
+    );
+}

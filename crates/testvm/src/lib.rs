@@ -40,7 +40,7 @@ pub use error::{Result, TestVmError};
 pub use guest_config::{kvm_works, DiskAio, DiskCache, DiskConfig, GuestConfig, MemoryBackend};
 pub use guest_image::GuestImage;
 pub use guest_run::GuestRun;
-pub use process_group::process_exists;
+pub use process_group::{isolate, kill_group, process_exists};
 pub use qemu_binary::{qemu_binary, QEMU_PROGRAM};
 pub use result_line::{
     parse_console, parse_result_line, DiskPattern, DiskPhase, Done, MemPhase, MemPhaseKind,

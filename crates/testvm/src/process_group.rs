@@ -4,7 +4,7 @@ use std::process::Command;
 
 /// Makes the child the leader of a new process group (so a wrapper and the QEMU it starts can
 /// be killed together) and asks the kernel to kill it if the thread that spawned it dies.
-pub(crate) fn isolate(command: &mut Command) {
+pub fn isolate(command: &mut Command) {
     use std::os::unix::process::CommandExt;
     command.process_group(0);
     // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
@@ -28,7 +28,7 @@ pub(crate) fn isolate(command: &mut Command) {
 
 /// Sends SIGKILL to every process in the group led by `pgid`. A group that is already gone is
 /// not an error.
-pub(crate) fn kill_group(pgid: u32) {
+pub fn kill_group(pgid: u32) {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
         return;
     };

@@ -248,6 +248,8 @@ impl FaultHandler {
                     };
                     self.migration_error(first_page - p0 + f, what)
                 })?;
+                // Counted with the page-ins' reads: swap traffic is swap traffic.
+                add(&self.stats().bytes_read, (n * pg) as u64);
             }
             // Associated pages hold their image block (as at page-in).
             self.read_image_pages(c, f, buf, |_| true).map_err(|e| {
