@@ -79,6 +79,9 @@ fn with_running_source(what: &str, f: impl FnOnce(&SourceMigration)) -> Result<(
 }
 
 fn start_source(to: SocketAddr, key_file: &Path, options: SenderOptions) -> Result<(), String> {
+    // The process state first, then (never the other way round) the migration's: a status
+    // request takes them in this order.
+    let regions = managed_process::guest_memory_regions();
     let mut guard = SOURCE
         .lock()
         .map_err(|_| "migration state poisoned".to_string())?;
@@ -95,7 +98,6 @@ fn start_source(to: SocketAddr, key_file: &Path, options: SenderOptions) -> Resu
         return Err("this process is a migration destination (--migration-listen)".into());
     }
     let key = MigrationKey::load(key_file).map_err(|e| e.to_string())?;
-    let regions = managed_process::guest_memory_regions();
     if regions.is_empty() {
         return Err(
             "no guest memory to migrate: start QEMU with -object memory-backend-memfd,...,share=on \
@@ -156,7 +158,8 @@ pub fn start_destination(addr: SocketAddr, key_file: &Path) -> Result<(), Preloa
     Ok(())
 }
 
-/// The migration this process takes part in, for its status.
+/// The migration this process takes part in, for its status. Called with the process state
+/// locked (`managed_process::status`): the lock order is process state, then [`SOURCE`].
 pub fn status() -> Option<MigrationStatus> {
     if let Some(s) = SOURCE
         .lock()
