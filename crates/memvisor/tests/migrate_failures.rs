@@ -9,14 +9,16 @@
 mod common;
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use common::migration_end::{key_file, migrate_command, MigrationEnd as End};
 use common::*;
-use memvisor_control::{MigrationStatus, ProcessStatus, RegionStatus};
-use memvisor_testvm::{qemu_binary, GuestConfig, GuestImage, MemoryBackend, RunningGuest};
+use memvisor_testvm::{GuestConfig, GuestImage, MemoryBackend};
+
+/// How long a source guest has to finish and verify after a failed migration.
+const FINISH: Duration = Duration::from_secs(180);
 
 const MIB: u64 = 1 << 20;
 
@@ -27,139 +29,10 @@ fn image_or_skip(test: &str) -> Option<GuestImage> {
     GuestImage::for_test(test)
 }
 
-/// A key file of 32 random bytes, mode 0600.
-fn key_file(dir: &Path) -> PathBuf {
-    let path = dir.join("key");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .unwrap();
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut r| std::io::Read::read_exact(&mut r, &mut bytes))
-        .unwrap();
-    f.write_all(&bytes).unwrap();
-    path
-}
-
-/// One end: a guest under `memvisor run` with its own control directory and QMP socket.
-struct End {
-    ctl: PathBuf,
-    qmp: PathBuf,
-    guest: Option<RunningGuest>,
-}
-
-impl End {
-    fn start(
-        dir: &Path,
-        name: &str,
-        image: &GuestImage,
-        config: &GuestConfig,
-        run_args: &[&str],
-        qemu_extra: &[&str],
-    ) -> End {
-        let ctl = dir.join(format!("{name}-ctl"));
-        let qmp = dir.join(format!("{name}.qmp"));
-        let swap = dir.join(format!("{name}-swap"));
-        std::fs::create_dir(&swap).unwrap();
-        let config = config.clone().qmp_socket(&qmp);
-        let mut cmd = memvisor(&ctl);
-        cmd.args(["run", "--swap-dir"])
-            .arg(&swap)
-            .args(run_args)
-            .arg("--")
-            .arg(qemu_binary().unwrap())
-            .args(config.qemu_args(image).unwrap())
-            .args(qemu_extra);
-        End {
-            ctl,
-            qmp,
-            guest: Some(RunningGuest::spawn(cmd).unwrap()),
-        }
-    }
-
-    /// The managed QEMU's status once it shows its guest RAM (30 s at most).
-    fn status(&self) -> ProcessStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = first_managed_status(&self.ctl) {
-                if s.regions.iter().any(|r| r.kind == "guest-memfd") {
-                    return s;
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} never answered",
-                self.ctl.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn guest_region(&self) -> RegionStatus {
-        guest_region(&self.status())
-    }
-
-    fn migration(&self) -> MigrationStatus {
-        self.status().migration.expect("a migration status")
-    }
-
-    /// Waits until the guest has written `bytes` of memory.
-    fn wait_written(&self, bytes: u64) {
-        let start = Instant::now();
-        loop {
-            let g = self.guest_region();
-            if g.resident_bytes + g.swapped_bytes >= bytes {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "guest never wrote: {g:?}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn run_state(&self) -> String {
-        let mut c = memvisor_qmp::QmpClient::connect(
-            &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        c.query_status().unwrap().status
-    }
-
-    /// The guest finishes on its own and verified all of its memory.
-    fn verifies(mut self) {
-        let run = self
-            .guest
-            .take()
-            .unwrap()
-            .wait(Duration::from_secs(180))
-            .unwrap_or_else(|e| panic!("guest: {e}"));
-        let done = run.done().expect("done line");
-        assert!(
-            done.ok && done.errors == 0,
-            "{done:?}\n{}",
-            run.console_tail(10)
-        );
-    }
-}
-
-fn guest_region(s: &ProcessStatus) -> RegionStatus {
-    s.regions
-        .iter()
-        .find(|r| r.kind == "guest-memfd")
-        .cloned()
-        .unwrap()
-}
-
 /// A destination (`-incoming defer`, budget 64M) and a source running `workload` (budget
 /// 64M), with a shared key.
 fn ends(dir: &Path, image: &GuestImage, workload: &str) -> (End, End, PathBuf, u16, u16) {
-    let key = key_file(dir);
+    let key = key_file(dir, "key");
     let config = GuestConfig::new(256, workload)
         .backend(MemoryBackend::Memfd)
         .timeout(Duration::from_secs(180));
@@ -186,22 +59,7 @@ fn ends(dir: &Path, image: &GuestImage, workload: &str) -> (End, End, PathBuf, u
 
 /// Starts `memvisor migrate` of `src` to `dst` in the background with `extra` options.
 fn start_migrate(src: &End, dst: &End, key: &Path, ports: (u16, u16), extra: &[&str]) -> Child {
-    let pid = src.status().pid.to_string();
-    memvisor(&src.ctl)
-        .args([
-            "migrate",
-            &pid,
-            "--to",
-            &format!("127.0.0.1:{}", ports.0),
-            "--key",
-        ])
-        .arg(key)
-        .arg("--qmp")
-        .arg(&src.qmp)
-        .arg("--dest-qmp")
-        .arg(&dst.qmp)
-        .args(["--device-uri", &format!("tcp:127.0.0.1:{}", ports.1)])
-        .args(extra)
+    migrate_command(src, dst, key, ports, extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -237,7 +95,7 @@ fn a_killed_destination_leaves_the_source_running() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 128 30");
-    src.wait_written(128 * MIB);
+    src.wait_written(128 * MIB, Duration::from_secs(60));
     let migrate = start_migrate(&src, &dst, &key, (mem, dev), &["--max-bandwidth", "4M"]);
     wait_sending(&src, 1024);
     kill(dst.status().pid);
@@ -249,7 +107,7 @@ fn a_killed_destination_leaves_the_source_running() {
     assert_eq!(m.state, "failed", "{m:?}");
     assert_eq!(src.run_state(), "running");
     drop(dst);
-    src.verifies();
+    src.verifies(FINISH);
 }
 
 /// The source QEMU is killed while round 0 runs: the destination discards what it received
@@ -262,7 +120,7 @@ fn a_killed_source_leaves_the_destination_listening_and_empty() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 128 30");
-    src.wait_written(128 * MIB);
+    src.wait_written(128 * MIB, Duration::from_secs(60));
     let migrate = start_migrate(&src, &dst, &key, (mem, dev), &["--max-bandwidth", "4M"]);
     wait_sending(&src, 1024);
     let received = dst.migration().pages;
@@ -297,7 +155,7 @@ fn a_guest_writing_faster_than_the_link_fails_cleanly() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 32 30");
-    src.wait_written(32 * MIB);
+    src.wait_written(32 * MIB, Duration::from_secs(60));
     let migrate = start_migrate(
         &src,
         &dst,
@@ -317,7 +175,7 @@ fn a_guest_writing_faster_than_the_link_fails_cleanly() {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(dst);
-    src.verifies();
+    src.verifies(FINISH);
 }
 
 /// A TCP proxy to `to` on 127.0.0.1 that forwards its first client's first `limit` bytes,
@@ -369,7 +227,7 @@ fn a_dropped_connection_leaves_both_sides_ready_for_a_retry() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 96 40");
-    src.wait_written(96 * MIB);
+    src.wait_written(96 * MIB, Duration::from_secs(60));
     let proxy = cutting_proxy(mem, 8 << 20);
     let out = start_migrate(&src, &dst, &key, (proxy, dev), &[])
         .wait_with_output()
@@ -393,5 +251,5 @@ fn a_dropped_connection_leaves_both_sides_ready_for_a_retry() {
     assert!(out.status.success(), "retry: {}", stderr(&out));
     assert_eq!(dst.migration().state, "completed");
     drop(src);
-    dst.verifies();
+    dst.verifies(FINISH);
 }

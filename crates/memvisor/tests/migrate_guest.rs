@@ -12,15 +12,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::migration_end::{key_file, migrate_command, MigrationEnd as End};
 use common::*;
-use memvisor_control::ProcessStatus;
-use memvisor_testvm::{qemu_binary, GuestConfig, GuestImage, MemoryBackend, RunningGuest};
+use memvisor_testvm::{GuestConfig, GuestImage, MemoryBackend};
 
 const MIB: u64 = 1 << 20;
 
@@ -31,145 +29,11 @@ fn image_or_skip(test: &str) -> Option<GuestImage> {
     GuestImage::for_test(test)
 }
 
-/// A key file of 32 random bytes, mode 0600.
-fn key_file(dir: &Path, name: &str) -> PathBuf {
-    let path = dir.join(name);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .unwrap();
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut r| std::io::Read::read_exact(&mut r, &mut bytes))
-        .unwrap();
-    f.write_all(&bytes).unwrap();
-    path
-}
-
-/// The region kind the preload library gives guest RAM from `backend`.
-fn guest_region_kind(backend: &MemoryBackend) -> &'static str {
-    match backend {
-        MemoryBackend::Memfd => "guest-memfd",
-        MemoryBackend::File(_) => "guest-file",
-        MemoryBackend::Anonymous => "fixed",
-    }
-}
-
-/// One end: a guest under `memvisor run` with its own control directory and QMP socket.
-struct End {
-    ctl: PathBuf,
-    qmp: PathBuf,
-    /// The kind of its guest-RAM region (`guest-memfd`, `guest-file`).
-    kind: &'static str,
-    guest: Option<RunningGuest>,
-}
-
-impl End {
-    /// Starts `config` under `memvisor run --budget BUDGET EXTRA`, with `qemu_extra` appended
-    /// to QEMU's arguments.
-    fn start(
-        dir: &Path,
-        name: &str,
-        image: &GuestImage,
-        config: &GuestConfig,
-        budget: &str,
-        extra: &[&str],
-        qemu_extra: &[&str],
-    ) -> End {
-        let ctl = dir.join(format!("{name}-ctl"));
-        let qmp = dir.join(format!("{name}.qmp"));
-        let swap = dir.join(format!("{name}-swap"));
-        std::fs::create_dir(&swap).unwrap();
-        let config = config.clone().qmp_socket(&qmp);
-        let mut cmd = memvisor(&ctl);
-        cmd.args(["run", "--budget", budget, "--swap-dir"])
-            .arg(&swap)
-            .args(extra)
-            .arg("--")
-            .arg(qemu_binary().unwrap())
-            .args(config.qemu_args(image).unwrap())
-            .args(qemu_extra);
-        End {
-            ctl,
-            qmp,
-            kind: guest_region_kind(&config.backend),
-            guest: Some(RunningGuest::spawn(cmd).unwrap()),
-        }
-    }
-
-    /// The managed QEMU's status, once it answers (30 s at most).
-    fn status(&self) -> ProcessStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = first_managed_status(&self.ctl) {
-                if s.regions.iter().any(|r| r.kind == self.kind) {
-                    return s;
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} never answered with its guest RAM",
-                self.ctl.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn guest_region(&self) -> memvisor_control::RegionStatus {
-        self.status()
-            .regions
-            .into_iter()
-            .find(|r| r.kind == self.kind)
-            .unwrap()
-    }
-
-    /// One QMP command on this end's socket; its reply line.
-    fn qmp(&self, command: &str) -> String {
-        let mut c = memvisor_qmp::QmpClient::connect(
-            &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        c.execute(command, None)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|e| e.to_string())
-    }
-}
-
 /// `memvisor migrate` of the source `src` to `dst` with `key`.
 fn migrate(src: &End, dst_port: u16, dst: &End, device_port: u16, key: &Path) -> Output {
-    let pid = src.status().pid.to_string();
-    memvisor(&src.ctl)
-        .args([
-            "migrate",
-            &pid,
-            "--to",
-            &format!("127.0.0.1:{dst_port}"),
-            "--key",
-        ])
-        .arg(key)
-        .arg("--qmp")
-        .arg(&src.qmp)
-        .arg("--dest-qmp")
-        .arg(&dst.qmp)
-        .args(["--device-uri", &format!("tcp:127.0.0.1:{device_port}")])
+    migrate_command(src, dst, key, (dst_port, device_port), &[])
         .output()
         .unwrap()
-}
-
-/// Waits until the guest on `src` has written `bytes` (resident or swapped; `limit` at most).
-fn wait_until_written(src: &End, bytes: u64, limit: Duration) {
-    let start = Instant::now();
-    loop {
-        let g = src.guest_region();
-        if g.resident_bytes + g.swapped_bytes >= bytes {
-            return;
-        }
-        assert!(start.elapsed() < limit, "guest never wrote: {g:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// After `memvisor migrate` printed `out`: it succeeded, both ends completed with the same page
@@ -250,8 +114,9 @@ fn a_churning_guest_moves_to_a_smaller_destination_and_verifies() {
         "dst",
         &image,
         &config,
-        "96M",
         &[
+            "--budget",
+            "96M",
             "--migration-listen",
             &listen,
             "--migration-key",
@@ -259,9 +124,16 @@ fn a_churning_guest_moves_to_a_smaller_destination_and_verifies() {
         ],
         &["-incoming", "defer"],
     );
-    let src = End::start(dir.path(), "src", &image, &config, "128M", &[], &[]);
+    let src = End::start(
+        dir.path(),
+        "src",
+        &image,
+        &config,
+        &["--budget", "128M"],
+        &[],
+    );
     // Wait until the guest has written its 192 MiB (most of it paged out by now).
-    wait_until_written(&src, 200 * MIB, Duration::from_secs(60));
+    src.wait_written(200 * MIB, Duration::from_secs(60));
     let swapped_before = src.guest_region().swapped_bytes;
     assert!(
         swapped_before > 64 * MIB,
@@ -314,8 +186,9 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         "dst",
         &image,
         &config("dst-ram"),
-        "32M",
         &[
+            "--budget",
+            "32M",
             "--migration-listen",
             &listen,
             "--migration-key",
@@ -328,8 +201,7 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         "src",
         &image,
         &config("src-ram"),
-        "48M",
-        &[],
+        &["--budget", "48M"],
         &[],
     );
     assert_eq!((src.kind, dst.kind), ("guest-file", "guest-file"));
@@ -342,7 +214,7 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         assert!(shm.path().join(file).exists(), "{file} missing in /dev/shm");
     }
     // Wait until the guest has written its 64 MiB (partly paged out by now).
-    wait_until_written(&src, 72 * MIB, Duration::from_secs(40));
+    src.wait_written(72 * MIB, Duration::from_secs(40));
     let swapped_before = src.guest_region().swapped_bytes;
     assert!(
         swapped_before > 0,

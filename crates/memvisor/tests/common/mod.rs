@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod migration_end;
+
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output};
