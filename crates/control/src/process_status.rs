@@ -107,6 +107,32 @@ pub struct RegionStatus {
     pub image_associations_ended_by_guest: u64,
     /// Swap mapper: associations ended because the image block was written.
     pub image_associations_ended_by_image: u64,
+    /// Page-ins that more budget would have saved, by how much more (cumulative).
+    pub refaults: RefaultStatus,
+}
+
+/// A region's refault counts (its online miss-ratio curve above the current budget): the
+/// page-ins since it was created that a larger budget would have saved. Cumulative; a rate
+/// is the difference of two snapshots over the time between them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RefaultStatus {
+    /// Width of one bucket in bytes.
+    pub bucket_bytes: u64,
+    /// `refaults[k]`: page-ins that `(k + 1) * bucket_bytes` more budget would have saved and
+    /// `k * bucket_bytes` would not.
+    pub refaults: Vec<u64>,
+    /// Page-ins of evicted memory farther than the last bucket.
+    pub beyond: u64,
+    /// Bytes evicted since the region was created.
+    pub evicted_bytes: u64,
+}
+
+impl RefaultStatus {
+    /// Page-ins that `extra` more bytes of budget would have saved (whole buckets only).
+    pub fn saved_with(&self, extra: u64) -> u64 {
+        memvisor_policy::saved_with(&self.refaults, self.bucket_bytes, extra)
+    }
 }
 
 impl ProcessStatus {

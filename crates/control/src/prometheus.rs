@@ -193,6 +193,31 @@ pub fn render(processes: &[ProcessStatus]) -> String {
             p.budget_bytes
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP memvisor_refaults_saved_total Page-ins that a budget larger by extra_bytes would have saved (refault distances; cumulative over sizes)."
+    );
+    let _ = writeln!(out, "# TYPE memvisor_refaults_saved_total counter");
+    for p in processes {
+        for r in &p.regions {
+            let c = &r.refaults;
+            let n = c.refaults.len();
+            // 16 points of the curve (every bucket if there are fewer).
+            let every = n.div_ceil(16).max(1);
+            for k in (every..=n).step_by(every) {
+                let extra = k as u64 * c.bucket_bytes;
+                let _ = writeln!(
+                    out,
+                    "memvisor_refaults_saved_total{{pid=\"{}\",program=\"{}\",region=\"{}\",kind=\"{}\",extra_bytes=\"{extra}\"}} {}",
+                    p.pid,
+                    escape(&p.program),
+                    escape(&r.name),
+                    escape(&r.kind),
+                    c.saved_with(extra)
+                );
+            }
+        }
+    }
     for f in FAMILIES {
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
         let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
@@ -234,6 +259,12 @@ mod tests {
                 resident_bytes: 4096,
                 page_outs: 3,
                 page_in_p99_nanos: 2_000_000,
+                refaults: crate::RefaultStatus {
+                    bucket_bytes: 1 << 20,
+                    refaults: (0..32).collect(),
+                    beyond: 0,
+                    evicted_bytes: 0,
+                },
                 ..Default::default()
             }],
             ..Default::default()
@@ -247,7 +278,14 @@ mod tests {
         ));
         assert!(text.contains("memvisor_page_outs_total{") && text.contains("} 3\n"));
         assert!(text.contains("} 0.002\n"));
-        assert_eq!(text.matches("# TYPE").count(), FAMILIES.len() + 1);
+        // 16 points of 32 buckets: every second one, cumulative.
+        assert_eq!(text.matches("memvisor_refaults_saved_total{").count(), 16);
+        assert!(
+            text.contains("kind=\"arena\",extra_bytes=\"2097152\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("extra_bytes=\"33554432\"} 496\n"), "{text}");
+        assert_eq!(text.matches("# TYPE").count(), FAMILIES.len() + 2);
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");

@@ -35,6 +35,8 @@ const TOKENS: &[&[u8]] = &[
     b"\"set\"",
     b"\"budget_bytes\"",
     b"\"policy\"",
+    b"\"refaults\"",
+    b"\"bucket_bytes\"",
     b"\"ok\"",
     b"true",
     b"false",

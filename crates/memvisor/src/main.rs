@@ -1,6 +1,7 @@
 //! `memvisor`: the command-line front end. Each subcommand lives in its own module and calls
 //! into the component crates; this file only parses arguments and reports errors.
 
+mod broker_command;
 mod dedup_command;
 mod host_memory;
 mod migrate_command;
@@ -47,6 +48,9 @@ enum Command {
     /// Live-migrate a QEMU under memvisor to a destination QEMU under memvisor, moving guest
     /// memory pager to pager (swapped pages straight from swap, never faulted in).
     Migrate(migrate_command::MigrateArgs),
+    /// Divide one memory total among every process under memvisor on this host (static,
+    /// proportional, or by the page-ins more memory saves each), one decision per interval.
+    Broker(broker_command::BrokerArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Top(args) => top_command::run(args).map_err(|e| e.to_string()),
         Command::Set(args) => set_command::run(args).map_err(|e| e.to_string()),
         Command::Migrate(args) => migrate_command::run(args).map_err(|e| e.to_string()),
+        Command::Broker(args) => broker_command::run(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

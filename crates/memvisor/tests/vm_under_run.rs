@@ -187,21 +187,7 @@ fn check_paging(samples: &[Sample], kind: &str) -> RegionStatus {
             split <= BUDGET_BYTES + slack,
             "budget split {split}: {st:?}"
         );
-        for r in &st.regions {
-            assert!(
-                r.resident_bytes <= r.budget_bytes + r.overrun_chunks * st.chunk_size,
-                "region {} resident {} > budget {} at {:?}",
-                r.name,
-                r.resident_bytes,
-                r.budget_bytes,
-                s.at
-            );
-            assert_eq!(
-                r.read_errors + r.write_errors + r.poisoned_chunks,
-                0,
-                "{r:?}"
-            );
-        }
+        assert_within_budget(st, s.at);
         let g = guest_region(st, kind).unwrap();
         // Guest RAM is nearly all of what is managed, so it gets nearly all of the budget.
         assert!(g.budget_bytes >= BUDGET_BYTES - 8 * MIB, "{g:?}");

@@ -55,6 +55,7 @@ mod page_reads;
 mod pagemap;
 mod pager_error;
 mod raw_memory_calls;
+mod refault_curve;
 mod region;
 mod region_command;
 mod region_config;
@@ -77,6 +78,7 @@ pub use migration_pages::{InstallOutcome, MigrationPages};
 pub use page_in_unit::PageInUnit;
 pub use pagemap::Pagemap;
 pub use pager_error::PagerError;
+pub use refault_curve::RefaultCurve;
 pub use region::Region;
 pub use region_config::{
     PageOut, RegionConfig, ResolveMode, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE, DEFAULT_HEADROOM,

@@ -17,6 +17,7 @@ use crate::image_file::{FileKey, ImageFile, ReadEpoch};
 use crate::memfd::{page_size, Mapping, Memfd};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
+use crate::refault_curve::{RefaultCounters, RefaultCurve};
 use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
@@ -154,6 +155,9 @@ impl Region {
         let shared = Arc::new(HandlerShared {
             name: name.clone(),
             stats: Default::default(),
+            refaults: RefaultCounters::new(
+                crate::fault_handler::refault_bucket_pages(len / page_size()) * page_size() as u64,
+            ),
             errors: Mutex::new(VecDeque::new()),
             log: config.log_errors.then(|| ErrorLog::new(&name)),
             stop,
@@ -463,6 +467,11 @@ impl Region {
     /// A snapshot of the counters.
     pub fn stats(&self) -> RegionStats {
         self.shared.stats.snapshot()
+    }
+
+    /// Page-ins that more budget would have saved, by how much more (cumulative counts).
+    pub fn refault_curve(&self) -> RefaultCurve {
+        self.shared.refaults.snapshot()
     }
 
     /// Removes and returns the errors recorded so far (the last 256 at most).

@@ -9,6 +9,10 @@
 //! access is reported, and *sampled*, where hits only set a reference bit read at periodic
 //! samples, as a pager sees accessed bits.
 //!
+//! [`RefaultHistory`] measures, from evictions and refaults alone, how many misses more memory
+//! would have saved (the kernel's refault distance): the online miss-ratio curve a pager
+//! exposes to a memory broker.
+//!
 //! Building blocks: [`UnitTable`] maps unit ids to dense slots and keeps reference bits;
 //! [`SlotLists`] threads O(1) doubly linked lists through those slots. Storage is allocated at
 //! construction; no policy allocates per access.
@@ -26,6 +30,7 @@ mod lru;
 mod mglru;
 mod policy_error;
 mod policy_spec;
+mod refault_history;
 mod s3fifo;
 mod sieve;
 mod slot_lists;
@@ -44,6 +49,7 @@ pub use lru::Lru;
 pub use mglru::Mglru;
 pub use policy_error::PolicyError;
 pub use policy_spec::{PolicyParams, PolicySpec};
+pub use refault_history::{saved_with, Refault, RefaultHistory};
 pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 pub use slot_lists::SlotLists;

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
-use memvisor_control::{ProcessStatus, RegionStatus};
+use memvisor_control::{ProcessStatus, RefaultStatus, RegionStatus};
 use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
@@ -353,6 +353,7 @@ impl ManagedProcess {
         let cs = self.config.chunk_size as u64;
         let region_status = |r: &Region, kind: &str, mapped: u64, discards: u64| {
             let s = r.stats();
+            let curve = r.refault_curve();
             RegionStatus {
                 name: r.name().to_string(),
                 kind: kind.to_string(),
@@ -386,6 +387,12 @@ impl ManagedProcess {
                 false_read_bytes_avoided: s.false_read_bytes_avoided,
                 image_associations_ended_by_guest: s.image_associations_ended_by_guest,
                 image_associations_ended_by_image: s.image_associations_ended_by_image,
+                refaults: RefaultStatus {
+                    bucket_bytes: curve.bucket_bytes,
+                    refaults: curve.refaults,
+                    beyond: curve.beyond,
+                    evicted_bytes: curve.evicted_bytes,
+                },
             }
         };
         let mut regions = Vec::new();

@@ -246,6 +246,11 @@ pub fn first_managed_status(ctl: &Path) -> Option<memvisor_control::ProcessStatu
     let pid = *memvisor_control::socket_dir::list_managed_pids(ctl)
         .ok()?
         .first()?;
+    try_stat_json(ctl, pid)
+}
+
+/// `memvisor stat PID --json` of process `pid` managed under `ctl`, if it answers.
+pub fn try_stat_json(ctl: &Path, pid: u32) -> Option<memvisor_control::ProcessStatus> {
     let o = memvisor(ctl)
         .args(["stat", &pid.to_string(), "--json"])
         .output()
@@ -254,4 +259,23 @@ pub fn first_managed_status(ctl: &Path) -> Option<memvisor_control::ProcessStatu
         return None;
     }
     serde_json::from_slice(&o.stdout).ok()
+}
+
+/// Every region of `status` resident within its budget (plus overrun chunks kept after a
+/// failed write), without I/O errors or poisoned chunks; `at` says when, in the message.
+pub fn assert_within_budget(status: &ProcessStatus, at: impl std::fmt::Debug) {
+    for r in &status.regions {
+        assert!(
+            r.resident_bytes <= r.budget_bytes + r.overrun_chunks * status.chunk_size,
+            "region {} resident {} > budget {} at {at:?}",
+            r.name,
+            r.resident_bytes,
+            r.budget_bytes
+        );
+        assert_eq!(
+            r.read_errors + r.write_errors + r.poisoned_chunks,
+            0,
+            "{r:?}"
+        );
+    }
 }

@@ -134,6 +134,7 @@ impl FaultHandler {
     }
 
     fn discard_chunk(&mut self, c: usize, start: usize, len: usize) {
+        self.forget_eviction(c);
         self.end_image_pages(c, 0, self.chunks.pages_in(c));
         self.chunks.mark_changed(c, 0, self.chunks.pages_in(c));
         let was_stored = self.io.is_stored(c);

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use memvisor_policy::EvictionPolicy;
+use memvisor_policy::{EvictionPolicy, RefaultHistory};
 
 use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
@@ -15,6 +15,7 @@ use super::{FaultHandler, HandlerShared};
 use crate::memfd::Mapping;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
+use crate::refault_curve::REFAULT_BUCKETS;
 use crate::region_config::{RegionConfig, ResolveMode};
 use crate::swap_io::SwapIo;
 use crate::userfaultfd::Userfaultfd;
@@ -83,6 +84,7 @@ impl FaultHandlerBuilder<'_> {
         let page_in_options = PageInOptions::from_config(config, bounce);
         let io = SwapIo::create(config, tag, &name, chunks, memory.len)?;
         let pages_per_chunk = memory.chunk_size / memory.page;
+        let region_pages = memory.len / memory.page;
         Ok(FaultHandler {
             shared,
             uffd,
@@ -97,6 +99,11 @@ impl FaultHandlerBuilder<'_> {
             pagemap,
             budget_pages: self.budget_pages,
             pattern: AccessPattern::new(pages_per_chunk, config.page_in_unit),
+            refault_history: RefaultHistory::new(
+                chunks,
+                refault_bucket_pages(region_pages),
+                REFAULT_BUCKETS,
+            ),
             page_reads: Vec::new(),
             page_reads_done: Vec::new(),
             images: Default::default(),
@@ -105,4 +112,10 @@ impl FaultHandlerBuilder<'_> {
             migration_buffer: None,
         })
     }
+}
+
+/// Pages per refault bucket for a region of `pages` pages: the region in
+/// [`REFAULT_BUCKETS`] steps (a budget larger by the region's size evicts nothing).
+pub(crate) fn refault_bucket_pages(pages: usize) -> u64 {
+    pages.div_ceil(REFAULT_BUCKETS).max(1) as u64
 }

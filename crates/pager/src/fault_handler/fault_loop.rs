@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memvisor_policy::{EvictionPolicy, PolicySpec};
+use memvisor_policy::{EvictionPolicy, PolicySpec, RefaultHistory};
 
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
@@ -48,6 +48,8 @@ pub(crate) struct FaultHandler {
     pub(super) budget_pages: usize,
     /// Recent missing faults: how much each page-in reads.
     pub(super) pattern: AccessPattern,
+    /// Eviction stamps of chunks: the distance of each refault.
+    pub(super) refault_history: RefaultHistory,
     /// Parallel page reads in flight.
     pub(super) page_reads: Vec<PendingPageRead>,
     /// Reused buffer of finished page reads.

@@ -8,6 +8,7 @@ use std::sync::{Condvar, Mutex};
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::pager_error::PagerError;
+use crate::refault_curve::RefaultCounters;
 use crate::region_command::CommandQueue;
 use crate::region_stats::StatsCounters;
 
@@ -19,6 +20,8 @@ const MAX_ERRORS: usize = 256;
 pub(crate) struct HandlerShared {
     pub name: String,
     pub stats: StatsCounters,
+    /// Page-ins of evicted chunks by refault distance.
+    pub refaults: RefaultCounters,
     pub errors: Mutex<VecDeque<PagerError>>,
     /// Where recorded errors are printed (rate-limited); `None`: not printed.
     pub log: Option<ErrorLog>,

@@ -40,10 +40,12 @@ mod migration;
 mod options;
 mod page_in;
 mod page_out;
+mod refaults;
 mod region_memory;
 mod swap_mapper;
 
 use chunk_table::ChunkState;
+pub(crate) use fault_handler_builder::refault_bucket_pages;
 pub(crate) use fault_loop::FaultHandler;
 use fault_loop::Fill;
 pub(crate) use handler_shared::HandlerShared;

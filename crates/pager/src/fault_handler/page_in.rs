@@ -250,6 +250,7 @@ impl FaultHandler {
             failed,
         } = done;
         if bytes_read > 0 || image_bytes > 0 {
+            self.note_refault(c);
             add(&self.stats().page_ins, 1);
             add(&self.stats().bytes_read, bytes_read as u64);
             if span == PageInSpan::Page {

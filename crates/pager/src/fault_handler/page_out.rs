@@ -61,6 +61,16 @@ impl FaultHandler {
     /// engine, once the writes complete). On failure `v` stays resident (its data intact in
     /// the memfd) and the error is recorded.
     pub(super) fn page_out(&mut self, v: usize) -> Result<(), ()> {
+        let pages = self.chunks.resident_pages(v);
+        let out = self.write_out(v);
+        if out.is_ok() {
+            self.note_eviction(v, pages);
+        }
+        out
+    }
+
+    /// [`page_out`](Self::page_out) but for the refault history.
+    fn write_out(&mut self, v: usize) -> Result<(), ()> {
         self.wait_for_write_slot();
         let (start, len) = self.chunk_range(v);
         if let Err(e) = self.registered_dontneed(start, len) {

@@ -1,0 +1,727 @@
+//! [`partition`]: divides one memory total among processes, as a [`Mode`] says, within
+//! [`Limits`]: each process's minimum and maximum, a step, hysteresis and a rate limit.
+//!
+//! * `static`: equal shares; `proportional`: shares in proportion to each process's weight
+//!   (its guest RAM size). Both by water-filling: a share below a minimum or above a maximum
+//!   is pinned there and the rest is divided again.
+//! * `utility`: by page-ins saved ([`UtilityCurve`]), in three phases. *Fit*: if the budgets
+//!   exceed the total, the processes whose next step saves the least give steps back. *Give*:
+//!   memory nobody holds goes, step by step, to the process whose curve promises the most
+//!   page-ins saved per byte, with utility-based partitioning's lookahead (Qureshi and Patt,
+//!   MICRO 2006) so a cliff beyond a flat stretch is seen. *Exchange*: memory moves from the
+//!   process that loses least to the one that gains most, while the gain per byte beats the
+//!   loss per byte by a margin. A pager measures only what *more* memory would save (refaults
+//!   of evicted chunks), so a donor's loss is estimated by its own curve at its current budget:
+//!   the broker climbs the hill a step at a time, as Cliffhanger does with shadow queues
+//!   (Cidon et al., NSDI 2016), and a donor that starts to refault wins its memory back at the
+//!   next decision. The rate limit bounds what one decision moves.
+//!
+//! Budgets change only by at least the hysteresis (except to fit the total or the bounds),
+//! and no decision leaves the sum of budgets above the total.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::broker_error::BrokerError;
+use crate::utility_curve::UtilityCurve;
+
+/// How the total is divided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Equal shares.
+    Static,
+    /// Shares in proportion to each process's weight.
+    Proportional,
+    /// By measured utility (page-ins saved per byte).
+    Utility,
+}
+
+impl FromStr for Mode {
+    type Err = BrokerError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "static" => Ok(Self::Static),
+            "proportional" => Ok(Self::Proportional),
+            "utility" => Ok(Self::Utility),
+            _ => Err(BrokerError::Option {
+                option: format!("--mode {s}"),
+                reason: "expected static, proportional or utility".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Static => "static",
+            Self::Proportional => "proportional",
+            Self::Utility => "utility",
+        })
+    }
+}
+
+/// One process competing for memory.
+#[derive(Debug, Clone)]
+pub struct Claimant {
+    /// Its process id.
+    pub pid: u32,
+    /// Its budget now.
+    pub current: u64,
+    /// The least it may get.
+    pub min: u64,
+    /// The most it may get.
+    pub max: u64,
+    /// Its weight in `proportional` mode (guest RAM size).
+    pub weight: u64,
+    /// What more memory saves it (`utility` mode; `None`: not measured yet, counted as
+    /// saving nothing).
+    pub curve: Option<UtilityCurve>,
+}
+
+/// The bounds every decision keeps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// The memory to divide, in bytes.
+    pub total: u64,
+    /// Budgets move in multiples of this.
+    pub step: u64,
+    /// The most one decision moves between processes (utility) or changes one budget
+    /// (static, proportional), in bytes.
+    pub max_move: u64,
+    /// Smaller changes are not made (except to fit the total or bounds).
+    pub hysteresis: u64,
+    /// Utility: a move is made only if it saves at least this many page-ins per second...
+    pub min_gain: f64,
+    /// ...and its gain per byte exceeds the donor's loss per byte by this factor.
+    pub margin: f64,
+}
+
+/// Why a budget is what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// Kept.
+    Unchanged,
+    /// Its share in `static` or `proportional` mode.
+    Share,
+    /// Brought within its minimum and maximum.
+    Bounds,
+    /// Shrunk so the budgets fit the total; its next step saved this many page-ins/s.
+    Fit {
+        /// Page-ins per second its first step up would save.
+        saved: f64,
+    },
+    /// Grown, on the way to `toward` more than its current budget (all of it, or part of the
+    /// way when the rate limit stops it before a cliff), which saves `saved` page-ins per
+    /// second by its curve.
+    Gain {
+        /// Page-ins per second `toward` saves.
+        saved: f64,
+        /// Extra bytes the climb aims at.
+        toward: u64,
+    },
+    /// Shrunk for another process; its first step up saved this many page-ins per second.
+    Donor {
+        /// Page-ins per second its first step up would save.
+        saved: f64,
+    },
+}
+
+/// One process's budget after a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    /// Its process id.
+    pub pid: u32,
+    /// Its budget before.
+    pub from: u64,
+    /// Its budget after.
+    pub to: u64,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// Divides `limits.total` among `claimants` as `mode` says. Fails if their minimums alone
+/// exceed the total (or a minimum exceeds its maximum).
+pub fn partition(
+    mode: Mode,
+    limits: &Limits,
+    claimants: &[Claimant],
+) -> Result<Vec<Allocation>, BrokerError> {
+    for c in claimants {
+        if c.min > c.max {
+            return Err(BrokerError::Option {
+                option: format!("limits of pid {}", c.pid),
+                reason: format!("minimum {} exceeds maximum {}", c.min, c.max),
+            });
+        }
+    }
+    let minimums: u64 = claimants.iter().map(|c| c.min).sum();
+    if minimums > limits.total {
+        return Err(BrokerError::MinimumsExceedTotal {
+            minimums,
+            processes: claimants.len(),
+            total: limits.total,
+        });
+    }
+    let step = limits.step.max(1);
+    let limits = Limits { step, ..*limits };
+    Ok(match mode {
+        Mode::Static | Mode::Proportional => {
+            let weights: Vec<u64> = claimants
+                .iter()
+                .map(|c| {
+                    if mode == Mode::Static {
+                        1
+                    } else {
+                        c.weight.max(1)
+                    }
+                })
+                .collect();
+            let targets = water_fill(&limits, claimants, &weights);
+            toward_targets(&limits, claimants, &targets)
+        }
+        Mode::Utility => by_utility(&limits, claimants),
+    })
+}
+
+/// Shares of `limits.total` by weight, pinned to each claimant's bounds, in whole steps.
+fn water_fill(limits: &Limits, claimants: &[Claimant], weights: &[u64]) -> Vec<u64> {
+    let n = claimants.len();
+    let mut share = vec![0u64; n];
+    let mut pinned = vec![false; n];
+    loop {
+        let pinned_sum: u64 = (0..n).filter(|&i| pinned[i]).map(|i| share[i]).sum();
+        let left = limits.total.saturating_sub(pinned_sum) as u128;
+        let free_weight: u128 = (0..n)
+            .filter(|&i| !pinned[i])
+            .map(|i| weights[i] as u128)
+            .sum();
+        if free_weight == 0 {
+            break;
+        }
+        let mut changed = false;
+        for i in (0..n).filter(|&i| !pinned[i]) {
+            let raw = (left * weights[i] as u128 / free_weight) as u64;
+            share[i] = raw / limits.step * limits.step;
+        }
+        // Pin shares below their minimum first, and divide again; only when none is left,
+        // shares above their maximum (which frees memory for the others, so no share falls
+        // below its minimum afterwards).
+        for i in 0..n {
+            if !pinned[i] && share[i] < claimants[i].min {
+                share[i] = claimants[i].min;
+                pinned[i] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            for i in 0..n {
+                if !pinned[i] && share[i] > claimants[i].max {
+                    share[i] = claimants[i].max;
+                    pinned[i] = true;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    share
+}
+
+/// Moves each budget toward its target by at most `max_move` (but always into its bounds
+/// and, shrinking further if needed, within the total), skips changes below the hysteresis,
+/// and cuts growths to what is free.
+fn toward_targets(limits: &Limits, claimants: &[Claimant], targets: &[u64]) -> Vec<Allocation> {
+    let mut out: Vec<Allocation> = claimants
+        .iter()
+        .zip(targets)
+        .map(|(c, &t)| {
+            let base = c.current.clamp(c.min, c.max);
+            let step = if t > base {
+                base + (t - base).min(limits.max_move)
+            } else {
+                base - (base - t).min(limits.max_move)
+            };
+            let (to, reason) = if step.abs_diff(base) >= limits.hysteresis.max(1) {
+                (step, Reason::Share)
+            } else if base != c.current {
+                (base, Reason::Bounds)
+            } else {
+                (base, Reason::Unchanged)
+            };
+            Allocation {
+                pid: c.pid,
+                from: c.current,
+                to,
+                reason,
+            }
+        })
+        .collect();
+    // Growths take only what the others leave: first the rest must fit the total, shrinking
+    // toward (and if need be to) the targets regardless of the rate limit.
+    let held = |out: &[Allocation]| -> u64 {
+        out.iter()
+            .zip(claimants)
+            .map(|(a, c)| a.to.min(c.current.clamp(c.min, c.max)))
+            .sum()
+    };
+    for (i, t) in targets.iter().enumerate() {
+        let over = held(&out).saturating_sub(limits.total);
+        if over == 0 {
+            break;
+        }
+        let a = &mut out[i];
+        if a.to > *t {
+            a.to -= (a.to - t).min(over);
+            a.reason = Reason::Share;
+        }
+    }
+    let mut free = limits.total.saturating_sub(held(&out));
+    for (a, c) in out.iter_mut().zip(claimants) {
+        let base = c.current.clamp(c.min, c.max);
+        if a.to > base {
+            let grow = (a.to - base).min(free);
+            free -= grow;
+            a.to = base + grow;
+            if grow == 0 {
+                a.reason = if base != c.current {
+                    Reason::Bounds
+                } else {
+                    Reason::Unchanged
+                };
+            }
+        }
+    }
+    out
+}
+
+/// The utility mode's three phases (see the module docs).
+fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
+    let n = claimants.len();
+    let step = limits.step;
+    let flat = UtilityCurve::from_points(step, &[], 0.0);
+    let curve = |i: usize| claimants[i].curve.as_ref().unwrap_or(&flat);
+    // Page-ins per second the first step above the current budget saves, per byte.
+    let loss_per_byte = |i: usize| curve(i).saved_with(step) / step as f64;
+    let mut to: Vec<u64> = claimants
+        .iter()
+        .map(|c| c.current.clamp(c.min, c.max))
+        .collect();
+    let mut reason: Vec<Reason> = claimants
+        .iter()
+        .zip(&to)
+        .map(|(c, &t)| {
+            if t != c.current {
+                Reason::Bounds
+            } else {
+                Reason::Unchanged
+            }
+        })
+        .collect();
+
+    // Fit: shed steps from whoever loses least.
+    let mut sum: u64 = to.iter().sum();
+    while sum > limits.total {
+        let Some(i) = (0..n)
+            .filter(|&i| to[i] > claimants[i].min)
+            .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)))
+        else {
+            break; // cannot happen: the minimums fit
+        };
+        let cut = (to[i] - claimants[i].min).min(step).min(sum - limits.total);
+        to[i] -= cut;
+        sum -= cut;
+        reason[i] = Reason::Fit {
+            saved: curve(i).saved_with(step),
+        };
+    }
+
+    // Gain beyond the current budget (what `to` already adds above it).
+    let given = |i: usize, to: &[u64]| to[i].saturating_sub(claimants[i].current);
+    let worth = |x: u64, g: f64| g >= limits.min_gain && x > 0;
+    // The best lookahead step of claimant `i` within `room`, as (bytes, page-ins/s saved).
+    let lookahead = |i: usize, to: &[u64], room: u64| -> Option<(u64, f64)> {
+        let (x, g) = curve(i).best_step(given(i, to), room)?;
+        worth(x, g).then_some((x, g))
+    };
+    // A climb toward a cliff farther than the rate limit allows moves part of the way: the
+    // next decision measures the curve from there.
+    let reason_gain = |i: usize, to: &[u64], x_full: u64, start: u64| {
+        let toward = given(i, to) + x_full;
+        Reason::Gain {
+            saved: curve(i).gain_beyond(start, toward.saturating_sub(start)),
+            toward: toward.saturating_sub(start),
+        }
+    };
+    let start: Vec<u64> = (0..n).map(|i| given(i, &to)).collect();
+    // Give: hand out what nobody holds, best lookahead first.
+    let mut free = limits.total - sum;
+    let mut grown = vec![0u64; n];
+    let mut aim: Vec<Option<Reason>> = vec![None; n];
+    while free >= step {
+        let best = (0..n)
+            .filter(|&i| grown[i] < limits.max_move)
+            .filter_map(|i| {
+                let room = claimants[i].max.saturating_sub(to[i]);
+                lookahead(i, &to, room).map(|(x, g)| (i, x, g))
+            })
+            .max_by(|a, b| (a.2 / a.1 as f64).total_cmp(&(b.2 / b.1 as f64)));
+        let Some((i, x_full, _)) = best else { break };
+        let x = x_full.min(limits.max_move - grown[i]).min(free);
+        aim[i] = Some(reason_gain(i, &to, x_full, start[i]));
+        to[i] += x;
+        grown[i] += x;
+        free -= x;
+    }
+    for i in 0..n {
+        if grown[i] == 0 {
+            continue;
+        }
+        if grown[i] < limits.hysteresis {
+            to[i] -= grown[i];
+            grown[i] = 0;
+        } else if let Some(r) = aim[i].take() {
+            reason[i] = r;
+        }
+    }
+
+    // Exchange: from the least loss to the most gain, within the rate limit.
+    let mut moved = 0u64;
+    let mut donor = vec![false; n];
+    while moved < limits.max_move {
+        let receiver = (0..n)
+            .filter(|&i| !donor[i])
+            .filter_map(|i| {
+                let room = claimants[i].max.saturating_sub(to[i]);
+                lookahead(i, &to, room).map(|(x, g)| (i, x, g))
+            })
+            .max_by(|a, b| (a.2 / a.1 as f64).total_cmp(&(b.2 / b.1 as f64)));
+        let Some((r, x_full, g_full)) = receiver else {
+            break;
+        };
+        let d = (0..n)
+            .filter(|&i| i != r && grown[i] == 0 && to[i] >= claimants[i].min + step)
+            .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)));
+        let Some(d) = d else { break };
+        let x = x_full
+            .min(limits.max_move - moved)
+            .min(to[d] - claimants[d].min)
+            / step
+            * step;
+        let gain_per_byte = g_full / x_full as f64;
+        if x < limits.hysteresis.max(step)
+            || gain_per_byte <= loss_per_byte(d) * (1.0 + limits.margin)
+        {
+            break;
+        }
+        reason[r] = reason_gain(r, &to, x_full, start[r]);
+        to[r] += x;
+        to[d] -= x;
+        grown[r] += x;
+        donor[d] = true;
+        moved += x;
+        reason[d] = Reason::Donor {
+            saved: curve(d).saved_with(step),
+        };
+    }
+
+    claimants
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Allocation {
+            pid: c.pid,
+            from: c.current,
+            to: to[i],
+            reason: if to[i] == c.current {
+                Reason::Unchanged
+            } else {
+                reason[i].clone()
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+
+    fn limits(total: u64) -> Limits {
+        Limits {
+            total,
+            step: 16 * M,
+            max_move: 1 << 40,
+            hysteresis: 16 * M,
+            min_gain: 1.0,
+            margin: 0.5,
+        }
+    }
+
+    fn claimant(pid: u32, current: u64, curve: Option<UtilityCurve>) -> Claimant {
+        Claimant {
+            pid,
+            current,
+            min: 64 * M,
+            max: 1024 * M,
+            weight: 1024 * M,
+            curve,
+        }
+    }
+
+    /// Saves `per_step` page-ins/s for each 16 MiB up to `steps` steps, then nothing more.
+    fn knee(per_step: f64, steps: usize) -> UtilityCurve {
+        let points: Vec<f64> = (1..=64).map(|k| per_step * k.min(steps) as f64).collect();
+        UtilityCurve::from_points(16 * M, &points, per_step * steps as f64)
+    }
+
+    fn budgets(a: &[Allocation]) -> Vec<u64> {
+        a.iter().map(|a| a.to / M).collect()
+    }
+
+    #[test]
+    fn static_is_equal_shares_within_bounds() {
+        let mut cs = vec![
+            claimant(1, 100 * M, None),
+            claimant(2, 100 * M, None),
+            claimant(3, 100 * M, None),
+        ];
+        let a = partition(Mode::Static, &limits(960 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![320, 320, 320]);
+        cs[0].max = 128 * M;
+        let a = partition(Mode::Static, &limits(960 * M), &cs).unwrap();
+        assert_eq!(
+            budgets(&a),
+            vec![128, 416, 416],
+            "the capped one's rest goes to the others"
+        );
+        cs[0].max = 1024 * M;
+        cs[1].min = 600 * M;
+        let a = partition(Mode::Static, &limits(960 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![176, 600, 176]);
+    }
+
+    #[test]
+    fn proportional_follows_weights() {
+        let mut cs = vec![claimant(1, 100 * M, None), claimant(2, 100 * M, None)];
+        cs[0].weight = 3 * 1024 * M;
+        let a = partition(Mode::Proportional, &limits(1024 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![768, 256]);
+    }
+
+    #[test]
+    fn minimums_over_the_total_are_refused() {
+        let cs = vec![claimant(1, 100 * M, None), claimant(2, 100 * M, None)];
+        let e = partition(Mode::Utility, &limits(100 * M), &cs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exceed the total"), "{e}");
+        let mut bad = cs.clone();
+        bad[0].min = 2048 * M;
+        let e = partition(Mode::Static, &limits(1 << 40), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pid 1") && e.contains("exceeds maximum"), "{e}");
+    }
+
+    #[test]
+    fn utility_gives_free_memory_to_the_steepest_curve_and_stops_at_its_knee() {
+        let cs = vec![
+            claimant(1, 256 * M, Some(knee(100.0, 4))), // wants 64 MiB more, badly
+            claimant(2, 256 * M, Some(knee(10.0, 64))), // wants everything, a little
+            claimant(3, 256 * M, Some(knee(0.0, 0))),   // wants nothing
+        ];
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
+        // The free 256 MiB: 64 to the first (its knee), 192 to the second; then the idle
+        // third gives the second all it has above its minimum.
+        assert_eq!(budgets(&a), vec![320, 640, 64]);
+        assert!(
+            matches!(a[0].reason, Reason::Gain { saved, toward } if saved == 400.0 && toward == 64 * M),
+            "{:?}",
+            a[0]
+        );
+        assert!(
+            matches!(a[2].reason, Reason::Donor { saved } if saved == 0.0),
+            "{:?}",
+            a[2]
+        );
+        // Without the idle one's memory to take, the second keeps what was free.
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs[..2]).unwrap();
+        assert_eq!(budgets(&a), vec![320, 704]);
+    }
+
+    #[test]
+    fn utility_moves_memory_from_the_idle_to_the_needy_within_the_rate_limit() {
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(0.0, 0))),
+            claimant(2, 512 * M, Some(knee(50.0, 16))),
+        ];
+        let mut l = limits(1024 * M);
+        let a = partition(Mode::Utility, &l, &cs).unwrap();
+        assert_eq!(budgets(&a), vec![256, 768], "16 steps from the idle one");
+        assert!(matches!(a[0].reason, Reason::Donor { .. }));
+        l.max_move = 64 * M;
+        let a = partition(Mode::Utility, &l, &cs).unwrap();
+        assert_eq!(budgets(&a), vec![448, 576], "at most 64 MiB per decision");
+        // Never below the minimum.
+        let mut low = cs.clone();
+        low[0].current = 96 * M;
+        low[1].current = 928 * M;
+        let a = partition(Mode::Utility, &limits(1024 * M), &low).unwrap();
+        assert_eq!(budgets(&a), vec![64, 960]);
+    }
+
+    #[test]
+    fn a_cliff_beyond_the_rate_limit_is_climbed_a_part_at_a_time() {
+        // A loop of 384 MiB more than its budget: nothing saved until all of it is there.
+        let cliff = UtilityCurve::from_points(
+            16 * M,
+            &(1..=64)
+                .map(|k| if k >= 24 { 500.0 } else { 0.0 })
+                .collect::<Vec<_>>(),
+            500.0,
+        );
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(0.0, 0))),
+            claimant(2, 256 * M, Some(cliff)),
+        ];
+        let mut l = limits(1024 * M);
+        l.max_move = 64 * M;
+        let a = partition(Mode::Utility, &l, &cs).unwrap();
+        // 64 MiB of the free 256 (the rate limit), and 64 MiB from the idle one (the
+        // exchange's own limit): on the way to the cliff.
+        assert_eq!(budgets(&a), vec![448, 384]);
+        assert!(
+            matches!(a[1].reason, Reason::Gain { saved, toward } if saved == 500.0 && toward == 384 * M),
+            "{:?}",
+            a[1]
+        );
+    }
+
+    #[test]
+    fn utility_does_not_trade_equal_utilities_or_small_gains() {
+        // Both save the same per byte: moving memory would only churn.
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(20.0, 64))),
+            claimant(2, 512 * M, Some(knee(25.0, 64))),
+        ];
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![512, 512], "25 does not beat 20 by 50%");
+        // A gain below min_gain is not worth a move.
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(0.0, 0))),
+            claimant(2, 512 * M, Some(knee(0.01, 64))),
+        ];
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![512, 512]);
+    }
+
+    #[test]
+    fn utility_fits_a_smaller_total_taking_from_the_least_useful() {
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(0.0, 0))),
+            claimant(2, 512 * M, Some(knee(0.5, 64))), // below min_gain: no exchange after
+        ];
+        let a = partition(Mode::Utility, &limits(768 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![256, 512]);
+        assert!(
+            matches!(a[0].reason, Reason::Fit { saved } if saved == 0.0),
+            "{:?}",
+            a[0]
+        );
+        // Fitting is not rate-limited.
+        let mut l = limits(768 * M);
+        l.max_move = 16 * M;
+        assert_eq!(
+            budgets(&partition(Mode::Utility, &l, &cs).unwrap()),
+            vec![256, 512]
+        );
+        assert_eq!(
+            budgets(&partition(Mode::Static, &l, &cs).unwrap()),
+            vec![384, 384]
+        );
+    }
+
+    #[test]
+    fn hysteresis_keeps_small_changes_out() {
+        let cs = vec![claimant(1, 320 * M, None), claimant(2, 330 * M, None)];
+        let mut l = limits(650 * M);
+        l.step = M;
+        let a = partition(Mode::Static, &l, &cs).unwrap();
+        assert_eq!(
+            budgets(&a),
+            vec![320, 330],
+            "5 MiB off the share is within 16 MiB"
+        );
+        l.hysteresis = M;
+        let a = partition(Mode::Static, &l, &cs).unwrap();
+        assert_eq!(budgets(&a), vec![325, 325]);
+    }
+
+    #[test]
+    fn sums_never_exceed_the_total_and_bounds_hold_on_random_inputs() {
+        let mut x = 12345u64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        for round in 0..2000 {
+            let n = 1 + next(6) as usize;
+            let cs: Vec<Claimant> = (0..n)
+                .map(|i| {
+                    let min = (1 + next(8)) * 16 * M;
+                    let max = min + next(64) * 16 * M;
+                    let steps = next(40) as usize;
+                    let curve = (next(4) > 0).then(|| knee(next(200) as f64, steps));
+                    Claimant {
+                        pid: i as u32,
+                        current: next(80) * 16 * M,
+                        min,
+                        max,
+                        weight: 1 + next(1 << 30),
+                        curve,
+                    }
+                })
+                .collect();
+            let mins: u64 = cs.iter().map(|c| c.min).sum();
+            let total = mins + next(2048) * M;
+            let mut l = limits(total);
+            l.max_move = (1 + next(32)) * 16 * M;
+            l.hysteresis = next(3) * 16 * M;
+            for mode in [Mode::Static, Mode::Proportional, Mode::Utility] {
+                let a = partition(mode, &l, &cs).unwrap();
+                let sum: u64 = a.iter().map(|a| a.to).sum();
+                assert!(sum <= total, "round {round} {mode}: {sum} > {total}");
+                for (a, c) in a.iter().zip(&cs) {
+                    assert!(
+                        a.to >= c.min && a.to <= c.max,
+                        "round {round} {mode}: {a:?} {c:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn more_total_never_gives_anyone_less() {
+        let cs = vec![
+            claimant(1, 256 * M, Some(knee(100.0, 4))),
+            claimant(2, 256 * M, Some(knee(10.0, 64))),
+            claimant(3, 256 * M, Some(knee(3.0, 8))),
+        ];
+        for mode in [Mode::Static, Mode::Proportional, Mode::Utility] {
+            let mut last = vec![0; 3];
+            for total in (768..=3072).step_by(64) {
+                let b = budgets(&partition(mode, &limits(total * M), &cs).unwrap());
+                for i in 0..3 {
+                    assert!(b[i] >= last[i], "{mode} at {total}M: {b:?} after {last:?}");
+                }
+                last = b;
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `memvisor broker`: divides one memory total among every process under memvisor on this
+//! host, one decision per interval, until interrupted (or once, with `--once`).
+
+use std::time::Duration;
+
+use clap::Args;
+use memvisor_broker::{Broker, BrokerError, BrokerOptions, Limits, Mode, ProcessLimit};
+use memvisor_control::{format_bytes, interrupt, parse_duration, ByteSize, MetricsServer};
+
+use crate::host_memory::mem_total_bytes;
+
+/// Arguments of `memvisor broker`.
+#[derive(Debug, Args)]
+pub struct BrokerArgs {
+    /// The memory to divide: bytes (8G) or a percentage of host RAM (host RAM less a reserve
+    /// for the host itself).
+    #[arg(long, value_name = "SIZE|PCT")]
+    total: String,
+    /// How: `static` (equal shares), `proportional` (to guest RAM size) or `utility` (by the
+    /// page-ins more memory saves each process, measured from its refault curve).
+    #[arg(long, default_value = "utility", value_name = "MODE")]
+    mode: String,
+    /// Time between decisions (curves are measured over it).
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    interval: String,
+    /// Budgets move in multiples of this.
+    #[arg(long, default_value = "16M", value_name = "SIZE")]
+    step: String,
+    /// The most one decision moves (utility) or changes one budget (static, proportional).
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    max_change: String,
+    /// Changes smaller than this are not made (except to fit the total or a bound).
+    #[arg(long, default_value = "32M", value_name = "SIZE")]
+    hysteresis: String,
+    /// Least budget of a process (at least one of its chunks).
+    #[arg(long, default_value = "64M", value_name = "SIZE")]
+    min: String,
+    /// Most budget of a process (default: its guest RAM, else the total).
+    #[arg(long, value_name = "SIZE")]
+    max: Option<String>,
+    /// Bounds of one process, by pid or name (QEMU's `-name guest=NAME`, else the program's
+    /// name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins.
+    #[arg(long = "limit", value_name = "NAME=MIN:MAX")]
+    limits: Vec<String>,
+    /// Utility: a move must save at least this many page-ins per second...
+    #[arg(long, default_value_t = 1.0, value_name = "RATE")]
+    min_gain: f64,
+    /// ...and save per byte more than the donor loses per byte by this factor (0.5: 50%).
+    #[arg(long, default_value_t = 0.5, value_name = "FACTOR")]
+    margin: f64,
+    /// Serve the split and every process's curve for Prometheus at `[ADDR:]PORT` (loopback
+    /// unless --metrics-allow-remote).
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    metrics: Option<String>,
+    /// Allow --metrics on a non-loopback address.
+    #[arg(long, requires = "metrics")]
+    metrics_allow_remote: bool,
+    /// One decision, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Decide and log, but change no budget.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn size(option: &str, text: &str) -> Result<u64, BrokerError> {
+    match ByteSize::parse(text) {
+        Ok(ByteSize::Bytes(b)) => Ok(b),
+        Ok(ByteSize::Percent(_)) => Err(BrokerError::Option {
+            option: format!("{option} {text}"),
+            reason: "a size, not a percentage".into(),
+        }),
+        Err(e) => Err(BrokerError::Option {
+            option: format!("{option} {text}"),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// The broker's options from the command line, checked.
+fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration), BrokerError> {
+    let refuse = |option: String, reason: &str| BrokerError::Option {
+        option,
+        reason: reason.to_string(),
+    };
+    let total = ByteSize::parse(&args.total)
+        .map_err(|e| refuse(format!("--total {}", args.total), &e.to_string()))?
+        .resolve(host_ram);
+    if total > host_ram {
+        return Err(refuse(
+            format!("--total {}", args.total),
+            &format!("more than this host's RAM ({})", format_bytes(host_ram)),
+        ));
+    }
+    let interval = match parse_duration(&args.interval) {
+        Ok(Some(d)) if d >= Duration::from_millis(200) => d,
+        Ok(_) => {
+            return Err(refuse(
+                format!("--interval {}", args.interval),
+                "at least 200ms",
+            ))
+        }
+        Err(e) => return Err(refuse(format!("--interval {}", args.interval), e)),
+    };
+    let step = size("--step", &args.step)?;
+    if step < 4096 {
+        return Err(refuse(
+            format!("--step {}", args.step),
+            "at least one page (4K)",
+        ));
+    }
+    if !(args.min_gain >= 0.0 && args.min_gain.is_finite()) {
+        return Err(refuse(
+            format!("--min-gain {}", args.min_gain),
+            "a rate of 0 or more",
+        ));
+    }
+    if !(args.margin >= 0.0 && args.margin.is_finite()) {
+        return Err(refuse(
+            format!("--margin {}", args.margin),
+            "a factor of 0 or more",
+        ));
+    }
+    let min = size("--min", &args.min)?;
+    let max = args.max.as_deref().map(|m| size("--max", m)).transpose()?;
+    if max.is_some_and(|m| m < min) {
+        return Err(refuse(
+            format!("--max {}", args.max.as_deref().unwrap_or("")),
+            "less than --min",
+        ));
+    }
+    let process_limits = args
+        .limits
+        .iter()
+        .map(|l| l.parse::<ProcessLimit>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = BrokerOptions {
+        mode: args.mode.parse::<Mode>()?,
+        limits: Limits {
+            total,
+            step,
+            max_move: size("--max-change", &args.max_change)?,
+            hysteresis: size("--hysteresis", &args.hysteresis)?,
+            min_gain: args.min_gain,
+            margin: args.margin,
+        },
+        min,
+        max,
+        process_limits,
+        host_ram,
+        dry_run: args.dry_run,
+    };
+    Ok((options, interval))
+}
+
+/// Runs the broker until SIGINT/SIGTERM/SIGHUP (each process keeps the budget last set).
+pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
+    let host_ram = mem_total_bytes().map_err(|reason| BrokerError::Option {
+        option: "host RAM".into(),
+        reason,
+    })?;
+    let (options, interval) = options(&args, host_ram)?;
+    println!(
+        "broker: dividing {} ({} mode) every {:?}",
+        format_bytes(options.limits.total),
+        options.mode,
+        interval
+    );
+    let server = match &args.metrics {
+        Some(addr) => Some(MetricsServer::bind(addr, args.metrics_allow_remote)?),
+        None => None,
+    };
+    let mut broker = Broker::new(options, None);
+    if let Some(server) = server {
+        if let Some(a) = server.local_addr() {
+            println!("broker: metrics at http://{a}/metrics");
+        }
+        let text = broker.metrics();
+        server
+            .serve(move || text.lock().map(|t| t.clone()).unwrap_or_default())
+            .map_err(|e| BrokerError::Option {
+                option: "--metrics".into(),
+                reason: format!("cannot start the server thread: {e}"),
+            })?;
+    }
+    if args.once {
+        let round = broker.decide()?;
+        round.lines.iter().for_each(|l| println!("{l}"));
+        return Ok(());
+    }
+    interrupt::install();
+    broker.run(interval, interrupt::requested)?;
+    println!("broker: stopped; every process keeps its budget");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BrokerArgs,
+    }
+
+    fn parse(line: &str) -> Result<(BrokerOptions, Duration), String> {
+        let argv = std::iter::once("broker").chain(line.split_whitespace());
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        options(&cli.args, 8 << 30).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_percentages() {
+        let (o, interval) = parse("--total 50%").unwrap();
+        assert_eq!(o.limits.total, 4 << 30);
+        assert_eq!(o.mode, Mode::Utility);
+        assert_eq!(interval, Duration::from_secs(5));
+        assert_eq!((o.limits.step, o.min, o.max), (16 << 20, 64 << 20, None));
+        let (o, _) = parse("--total 2G --mode static --limit vm1=128M:1G --max 1G").unwrap();
+        assert_eq!(o.mode, Mode::Static);
+        assert_eq!(o.process_limits.len(), 1);
+    }
+
+    #[test]
+    fn bad_options_name_themselves() {
+        for (line, want) in [
+            ("--total 9G", "--total 9G: more than this host's RAM"),
+            ("--total lots", "--total lots"),
+            ("--total 1G --mode greedy", "--mode greedy"),
+            (
+                "--total 1G --interval 10ms",
+                "--interval 10ms: at least 200ms",
+            ),
+            ("--total 1G --interval 5", "--interval 5"),
+            ("--total 1G --step 1", "--step 1"),
+            ("--total 1G --min 10%", "--min 10%: a size"),
+            ("--total 1G --min 1G --max 512M", "less than --min"),
+            ("--total 1G --limit vm1", "--limit vm1"),
+            ("--total 1G --margin=-1", "--margin -1"),
+            ("--total 1G --min-gain=NaN", "--min-gain NaN"),
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The fault handler's side of the [`RefaultCurve`](crate::RefaultCurve): evictions stamp
+//! their chunk in the handler's [`RefaultHistory`](memvisor_policy::RefaultHistory), page-ins
+//! that read a stamped chunk back count as refaults, discards drop the stamp (a discarded
+//! chunk's next page-in is a fresh zero page, not a refault).
+
+use super::FaultHandler;
+
+impl FaultHandler {
+    /// Chunk `v` left memory with `pages` pages resident.
+    pub(super) fn note_eviction(&mut self, v: usize, pages: usize) {
+        self.refault_history.evicted(v, pages as u64);
+        self.shared
+            .refaults
+            .evicted((pages * self.memory.page) as u64);
+    }
+
+    /// A page-in read chunk `c` back from swap or an image.
+    pub(super) fn note_refault(&mut self, c: usize) {
+        if let Some(r) = self.refault_history.refault(c) {
+            self.shared.refaults.record(r);
+        }
+    }
+
+    /// Chunk `c`'s content was discarded.
+    pub(super) fn forget_eviction(&mut self, c: usize) {
+        self.refault_history.forget(c);
+    }
+}
