@@ -27,9 +27,14 @@
 //! host with `memvisor migrate` and with QEMU's own precopy, into a small budget and out of
 //! one, and reports time, downtime, swap traffic and the guest's speed ([`migration_eval`]).
 //!
+//! `broker-eval` (issue 12) runs four processes with different access patterns under one
+//! memory total: `memvisor broker`, an equal split, the kernel ([`broker_eval`]).
+//!
 //! See the crate README for the commands and what is measured.
 
 pub mod bench_error;
+pub mod broker_eval;
+pub mod broker_eval_worker;
 pub mod byte_size;
 pub mod churn_progress;
 pub mod counters;

@@ -15,7 +15,7 @@ use crate::host_cache_plot::host_cache_svg;
 use crate::interrupt;
 use crate::scrub_eval_config::ScrubEvalConfig;
 use crate::scrub_eval_report::{scrub_eval_csv, scrub_eval_markdown};
-use crate::scrub_eval_run::{run_one, EvalRun};
+use crate::scrub_eval_run::{run_one, EvalRun, RunPolicy};
 
 /// What an evaluation produced.
 #[derive(Debug, Clone, Serialize)]
@@ -69,7 +69,13 @@ pub fn scrub_eval(config: &ScrubEvalConfig) -> Result<ScrubEvalResult, BenchErro
     let mut seq = 0;
     let outcome = (|| -> Result<(), BenchError> {
         for &pattern in &config.patterns {
-            for &policy in &config.policies {
+            let exclusive = config.exclusive.then_some(RunPolicy::Exclusive);
+            for policy in config
+                .policies
+                .iter()
+                .map(|&p| RunPolicy::Host(p))
+                .chain(exclusive)
+            {
                 seq += 1;
                 eprintln!("scrub-eval: {policy} / {pattern} ...");
                 let run = run_one(config, &image, &disk, policy, pattern, seq)?;

@@ -28,6 +28,12 @@ pub struct ScrubEvalConfig {
     pub patterns: Vec<DiskPattern>,
     /// Host policies.
     pub policies: Vec<HostPolicy>,
+    /// Also run each pattern as policy `exclusive`: QEMU under `memvisor run --host-cache
+    /// exclusive` (the exact exclusive host cache: blocks leave the host cache right after
+    /// each read into guest RAM), with a budget above the guest's RAM (no paging).
+    pub exclusive: bool,
+    /// The `memvisor` binary for the `exclusive` runs.
+    pub memvisor: PathBuf,
     /// Period of the drop-all policy.
     pub drop_period: Duration,
     /// The scrubbing frequency control.
@@ -53,6 +59,10 @@ impl ScrubEvalConfig {
             block: 4096,
             patterns: vec![DiskPattern::Seq, DiskPattern::Random, DiskPattern::Zipf],
             policies: HostPolicy::ALL.to_vec(),
+            exclusive: true,
+            memvisor: std::env::current_exe()
+                .map(|e| crate::vswapper_eval::memvisor_next_to(&e))
+                .unwrap_or_else(|_| PathBuf::from("memvisor")),
             drop_period: Duration::from_secs(5),
             control: ScrubControlConfig::default(),
             probe_pages: 64,

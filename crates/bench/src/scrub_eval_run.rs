@@ -27,6 +27,60 @@ use crate::scrub_eval_config::ScrubEvalConfig;
 
 const PAGE: u64 = 4096;
 
+/// What a run does about the image's host cache: a host policy beside QEMU, or memvisor's
+/// exact exclusive host cache inside it (`memvisor run --host-cache exclusive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunPolicy {
+    /// A host-side policy; QEMU runs on its own.
+    Host(HostPolicy),
+    /// QEMU under `memvisor run --host-cache exclusive`, its budget above the guest's RAM
+    /// (nothing is paged): each read into guest RAM drops its blocks from the host cache.
+    Exclusive,
+}
+
+impl std::fmt::Display for RunPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunPolicy::Host(p) => p.fmt(f),
+            RunPolicy::Exclusive => f.write_str("exclusive"),
+        }
+    }
+}
+
+/// The pid of a child of `parent` (QEMU under `memvisor run`), waiting up to 10 s. Found by
+/// the parent pid in `/proc/N/stat` (kernels without `CONFIG_PROC_CHILDREN` have no
+/// `/proc/N/task/N/children`).
+fn first_child(parent: u32) -> Result<u32, BenchError> {
+    let ppid_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let child = std::fs::read_dir("/proc").ok().and_then(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|&pid| ppid_of(pid) == Some(parent))
+        });
+        if let Some(pid) = child {
+            return Ok(pid);
+        }
+        if Instant::now() > until {
+            return Err(BenchError::bad(
+                "memvisor run",
+                parent.to_string(),
+                "started no QEMU within 10 s",
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The result of one guest run.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalRun {
@@ -72,11 +126,15 @@ pub fn run_one(
     config: &ScrubEvalConfig,
     image: &GuestImage,
     disk: &Path,
-    policy: HostPolicy,
+    run_policy: RunPolicy,
     pattern: DiskPattern,
     seq: u64,
 ) -> Result<EvalRun, BenchError> {
-    let label = format!("{policy} / {pattern}");
+    let label = format!("{run_policy} / {pattern}");
+    let (policy, exclusive) = match run_policy {
+        RunPolicy::Host(p) => (p, false),
+        RunPolicy::Exclusive => (HostPolicy::Default, true),
+    };
     // Start from an empty host cache, so that what the guest pulls in is charged to its group.
     let file = File::open(disk).map_err(|e| BenchError::io("open image", disk, e))?;
     drop_range(&file, 0, 0).map_err(|e| BenchError::io("posix_fadvise(DONTNEED)", disk, e))?;
@@ -101,12 +159,27 @@ pub fn run_one(
         run: label.clone(),
         source,
     };
-    // QEMU alone joins the group: a shell writes its own pid, then becomes QEMU.
+    // QEMU alone joins the group: a shell writes its own pid, then becomes QEMU (or
+    // `memvisor run`, which starts QEMU in the group).
     let mut command = Command::new("sh");
     command
         .arg("-c")
         .arg("echo $$ > \"$0\" && exec \"$@\"")
-        .arg(cgroup.procs_path())
+        .arg(cgroup.procs_path());
+    let control_dir = config
+        .work_dir
+        .join(format!("ctl-{}-{seq}", std::process::id()));
+    if exclusive {
+        command
+            .env("MEMVISOR_CONTROL_DIR", &control_dir)
+            .arg(&config.memvisor)
+            .arg("run")
+            .args(["--budget", &format!("{}M", config.guest_mib + 32)])
+            .args(["--host-cache", "exclusive", "--swap-dir"])
+            .arg(&config.work_dir)
+            .arg("--");
+    }
+    command
         .arg(qemu_binary().map_err(guest_err)?)
         .args(guest.qemu_args(image).map_err(guest_err)?);
     let started = Instant::now();
@@ -120,9 +193,23 @@ pub fn run_one(
         result
     });
 
-    let sampler = HostSampler::new(disk, pid, cgroup.dir(), limit)?;
+    // The process that reads the image: QEMU, a child of `memvisor run` in `exclusive` runs.
+    let qemu_pid = if exclusive {
+        match first_child(pid) {
+            Ok(q) => q,
+            Err(e) => {
+                kill_group(pid);
+                let _ = waiter.join();
+                return Err(e);
+            }
+        }
+    } else {
+        pid
+    };
+    let sampler = HostSampler::new(disk, qemu_pid, cgroup.dir(), limit)?;
     let mut driver = PolicyDriver::new(policy, disk, config.drop_period, config.control, probe)?;
     let mut samples = Vec::new();
+    let mut exclusive_dropped_pages = 0;
     let mut next = started;
     let end_s = loop {
         next += Duration::from_secs(1);
@@ -143,6 +230,17 @@ pub fn run_one(
         }
         sample.policy_cpu_s = driver.counters().cpu_s;
         sample.policy_dropped_pages = driver.counters().dropped_pages;
+        if exclusive {
+            // What the library dropped so far (`memvisor stat`); a missed answer keeps the last.
+            if let Ok(st) = crate::managed_process::status_of(&control_dir, qemu_pid) {
+                exclusive_dropped_pages = st
+                    .images
+                    .iter()
+                    .map(|i| i.host_cache_dropped_bytes / PAGE)
+                    .sum();
+            }
+            sample.policy_dropped_pages = exclusive_dropped_pages;
+        }
         samples.push(sample);
     };
     let run = waiter
@@ -153,6 +251,7 @@ pub fn run_one(
         .map_err(guest_err)?;
     let usage = cgroup.usage();
     drop(cgroup);
+    let _ = std::fs::remove_dir_all(&control_dir);
 
     let phases: Vec<&DiskPhase> = run.disk_phases().collect();
     let measured = phases
@@ -199,7 +298,7 @@ pub fn run_one(
         _ => 0.0,
     };
     Ok(EvalRun {
-        policy: policy.to_string(),
+        policy: run_policy.to_string(),
         pattern: pattern.to_string(),
         measure_start_s,
         end_s,
@@ -217,7 +316,14 @@ pub fn run_one(
         boot_s: run.boot.map_or(0.0, |b| b.as_secs_f64()),
         cgroup_peak_mib: usage.peak_bytes as f64 / (1u64 << 20) as f64,
         cgroup_failcnt: usage.failcnt,
-        counters: driver.counters().clone(),
+        counters: PolicyCounters {
+            dropped_pages: if exclusive {
+                exclusive_dropped_pages
+            } else {
+                driver.counters().dropped_pages
+            },
+            ..driver.counters().clone()
+        },
         samples,
     })
 }

@@ -61,7 +61,7 @@ fn quick_evaluation_scrubs_keeps_dirty_pages_and_writes_its_reports() {
             .unwrap();
     let runs = json["runs"].as_array().unwrap();
     let policies: Vec<&str> = runs.iter().map(|r| r["policy"].as_str().unwrap()).collect();
-    assert_eq!(policies, ["default", "drop-all", "scrub"]);
+    assert_eq!(policies, ["default", "drop-all", "scrub", "exclusive"]);
     let by = |p: &str| runs.iter().find(|r| r["policy"] == p).unwrap();
     for r in runs {
         assert_eq!(r["guest_verified"], true, "{r}");
@@ -77,6 +77,8 @@ fn quick_evaluation_scrubs_keeps_dirty_pages_and_writes_its_reports() {
         "the scrubber dropped nothing: {scrub}"
     );
     assert!(scrub["in_guest"].as_u64().unwrap() > 0, "{scrub}");
+    // memvisor run --host-cache exclusive drops what the guest read, as it reads it.
+    assert!(dropped("exclusive") > 0, "{}", by("exclusive"));
     assert!(scrub["errors"].as_array().unwrap().is_empty(), "{scrub}");
     // The probe pages were dirty when a scrub began (so the check below checked something),
     // and none of them left the page cache.
@@ -85,7 +87,7 @@ fn quick_evaluation_scrubs_keeps_dirty_pages_and_writes_its_reports() {
 
     let csv = std::fs::read_to_string(dir.path().join("scrub-eval.csv")).unwrap();
     assert!(csv.starts_with("policy,pattern,t_s,"));
-    for p in ["default", "drop-all", "scrub"] {
+    for p in ["default", "drop-all", "scrub", "exclusive"] {
         assert!(
             csv.lines().any(|l| l.starts_with(&format!("{p},seq,"))),
             "{p}"
@@ -93,9 +95,9 @@ fn quick_evaluation_scrubs_keeps_dirty_pages_and_writes_its_reports() {
     }
     let svg = std::fs::read_to_string(dir.path().join("scrub-eval.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert_eq!(svg.matches("<polyline").count(), 3);
+    assert_eq!(svg.matches("<polyline").count(), 4);
     let md = std::fs::read_to_string(dir.path().join("scrub-eval.md")).unwrap();
-    assert_eq!(md.lines().count(), 2 + 3);
+    assert_eq!(md.lines().count(), 2 + 4);
     assert!(stdout.contains("| seq | scrub |"), "{stdout}");
     // The disk image and the cgroups are gone.
     let left: Vec<_> = std::fs::read_dir(dir.path())

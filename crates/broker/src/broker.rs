@@ -55,8 +55,11 @@ struct Tracked {
     started_unix_ms: u64,
     /// The snapshot the next curve is measured from.
     since: (ProcessStatus, Instant),
-    /// The last curve measured.
+    /// The last curve measured, and the budget it was measured at.
     curve: Option<UtilityCurve>,
+    measured_at: u64,
+    /// The last curve measured at a budget lower than now, and that budget.
+    below: Option<(u64, UtilityCurve)>,
     /// Its budget as last seen or set.
     budget: u64,
     /// Set while it does not answer.
@@ -217,10 +220,25 @@ impl Broker {
                 let secs = now.duration_since(t.since.1).as_secs_f64();
                 if status.budget_bytes != t.since.0.budget_bytes {
                     // Refaults measured under another budget say nothing about this one:
-                    // start measuring again from here.
-                    t.curve = None;
+                    // start measuring again from here. A curve measured lower down says
+                    // what the memory added since then saves.
+                    if let Some(c) = t.curve.take() {
+                        if t.measured_at < status.budget_bytes {
+                            t.below = Some((t.measured_at, c));
+                        }
+                    }
+                    if t.below
+                        .as_ref()
+                        .is_some_and(|(b, _)| *b >= status.budget_bytes)
+                    {
+                        t.below = None;
+                    }
                     t.since = (status.clone(), now);
                 } else if secs >= 0.2 {
+                    // An idle process (no fault at all) loses nothing by giving memory back.
+                    if status.faults() == t.since.0.faults() {
+                        t.below = None;
+                    }
                     t.curve = Some(UtilityCurve::between(
                         &t.since.0,
                         status,
@@ -228,6 +246,7 @@ impl Broker {
                         step,
                         CURVE_POINTS,
                     ));
+                    t.measured_at = status.budget_bytes;
                     t.since = (status.clone(), now);
                 }
                 t.budget = status.budget_bytes;
@@ -245,6 +264,8 @@ impl Broker {
                         started_unix_ms: status.started_unix_ms,
                         since: (status.clone(), now),
                         curve: None,
+                        measured_at: 0,
+                        below: None,
                         budget: status.budget_bytes,
                         silent: false,
                     },
@@ -267,6 +288,8 @@ impl Broker {
                     started_unix_ms: 0,
                     since: (ProcessStatus::default(), Instant::now()),
                     curve: None,
+                    measured_at: 0,
+                    below: None,
                     budget: 0,
                     silent: true,
                 });
@@ -320,6 +343,10 @@ impl Broker {
             max,
             weight,
             curve: t.curve.clone(),
+            below: t
+                .below
+                .as_ref()
+                .map(|(b, c)| (status.budget_bytes.saturating_sub(*b), c.clone())),
         }
     }
 
@@ -423,20 +450,20 @@ fn describe(reason: &Reason, a: &Allocation, mode: Mode) -> String {
         Reason::Share => format!("{mode} share"),
         Reason::Bounds => "brought within its minimum and maximum".into(),
         Reason::Fit { saved } => format!(
-            "fit the total: -{}, its next step saved {saved:.1} page-ins/s",
+            "fit the total: -{}, its next step saved {saved:.1} ms/s of page-ins",
             format_bytes(delta)
         ),
         Reason::Gain { saved, toward } if *toward > delta => format!(
-            "utility: +{} toward +{}, which saves {saved:.1} page-ins/s",
+            "utility: +{} toward +{}, which saves {saved:.1} ms/s of page-ins",
             format_bytes(delta),
             format_bytes(*toward)
         ),
         Reason::Gain { saved, .. } => format!(
-            "utility: +{} saves {saved:.1} page-ins/s",
+            "utility: +{} saves {saved:.1} ms/s of page-ins",
             format_bytes(delta)
         ),
         Reason::Donor { saved } => format!(
-            "utility: -{} for others, its next step saved {saved:.1} page-ins/s",
+            "utility: -{} for others, its next step saved {saved:.1} ms/s of page-ins",
             format_bytes(delta)
         ),
     }

@@ -1,5 +1,5 @@
 //! Prometheus text of the broker's split: the total, what silent processes hold, and per
-//! process its budget, bounds, and curve (page-ins per second more memory would save).
+//! process its budget, bounds, and curve (page-in time per second more memory would save).
 
 use std::fmt::Write;
 
@@ -60,10 +60,10 @@ pub fn render(total: u64, reserved: u64, rows: &[SplitRow]) -> String {
             );
         }
     }
-    let name = "memvisor_broker_saved_page_ins_per_second";
+    let name = "memvisor_broker_page_in_time_saved_ratio";
     let _ = writeln!(
         out,
-        "# HELP {name} Page-ins per second a budget larger by extra_bytes would save (last measured curve).\n# TYPE {name} gauge"
+        "# HELP {name} Seconds of page-in time per second a budget larger by extra_bytes would save (last measured curve).\n# TYPE {name} gauge"
     );
     for r in rows {
         let Some(c) = &r.curve else { continue };
@@ -74,7 +74,7 @@ pub fn render(total: u64, reserved: u64, rows: &[SplitRow]) -> String {
                 "{name}{{pid=\"{}\",label=\"{}\",extra_bytes=\"{extra}\"}} {}",
                 r.pid,
                 escape(&r.label),
-                c.saved_with(extra)
+                c.saved_with(extra) / 1000.0
             );
         }
     }
@@ -110,9 +110,9 @@ mod tests {
         assert!(text.contains("memvisor_broker_reserved_bytes 40\n"));
         assert!(text.contains("memvisor_broker_budget_bytes{pid=\"7\",label=\"vm\\\"a\"} 100\n"));
         assert!(text.contains("memvisor_broker_max_bytes{pid=\"8\",label=\"b\"} 60\n"));
-        assert!(text.contains("extra_bytes=\"16\"} 2\n"), "{text}");
+        assert!(text.contains("extra_bytes=\"16\"} 0.002\n"), "{text}");
         assert_eq!(
-            text.matches("memvisor_broker_saved_page_ins_per_second{")
+            text.matches("memvisor_broker_page_in_time_saved_ratio{")
                 .count(),
             5
         );

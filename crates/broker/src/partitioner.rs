@@ -4,14 +4,16 @@
 //! * `static`: equal shares; `proportional`: shares in proportion to each process's weight
 //!   (its guest RAM size). Both by water-filling: a share below a minimum or above a maximum
 //!   is pinned there and the rest is divided again.
-//! * `utility`: by page-ins saved ([`UtilityCurve`]), in three phases. *Fit*: if the budgets
+//! * `utility`: by page-in time saved ([`UtilityCurve`]), in three phases. *Fit*: if the budgets
 //!   exceed the total, the processes whose next step saves the least give steps back. *Give*:
 //!   memory nobody holds goes, step by step, to the process whose curve promises the most
-//!   page-ins saved per byte, with utility-based partitioning's lookahead (Qureshi and Patt,
+//!   page-in time saved per byte, with utility-based partitioning's lookahead (Qureshi and Patt,
 //!   MICRO 2006) so a cliff beyond a flat stretch is seen. *Exchange*: memory moves from the
 //!   process that loses least to the one that gains most, while the gain per byte beats the
 //!   loss per byte by a margin. A pager measures only what *more* memory would save (refaults
-//!   of evicted chunks), so a donor's loss is estimated by its own curve at its current budget:
+//!   of evicted chunks), so a donor's loss is estimated from its curve at its current budget
+//!   and from the last curve measured when its budget was lower ([`Claimant::below`]: what
+//!   the top of its budget saves; a working set that just fits refaults nothing above it):
 //!   the broker climbs the hill a step at a time, as Cliffhanger does with shadow queues
 //!   (Cidon et al., NSDI 2016), and a donor that starts to refault wins its memory back at the
 //!   next decision. The rate limit bounds what one decision moves.
@@ -32,7 +34,7 @@ pub enum Mode {
     Static,
     /// Shares in proportion to each process's weight.
     Proportional,
-    /// By measured utility (page-ins saved per byte).
+    /// By measured utility (page-in time saved per byte).
     Utility,
 }
 
@@ -77,6 +79,29 @@ pub struct Claimant {
     /// What more memory saves it (`utility` mode; `None`: not measured yet, counted as
     /// saving nothing).
     pub curve: Option<UtilityCurve>,
+    /// A curve measured while its budget was `offset` bytes lower, `(offset, curve)`: what the
+    /// top `offset` bytes of its budget save, so what taking them back would cost. A process
+    /// whose working set just fits shows no refaults at all above its budget; without this it
+    /// would look free to rob.
+    pub below: Option<(u64, UtilityCurve)>,
+}
+
+impl Claimant {
+    /// Milliseconds per second (per byte) that taking `step` bytes away would cost: the most
+    /// of its curve's first step up and what its curve from below says the top of its budget
+    /// saves.
+    fn loss_per_byte(&self, step: u64) -> f64 {
+        let above = self.curve.as_ref().map_or(0.0, |c| c.saved_with(step));
+        let below = self.below.as_ref().map_or(0.0, |(offset, c)| {
+            let x = step.min(*offset);
+            if x == 0 {
+                return 0.0;
+            }
+            // Beyond the offset the last step's slope goes on.
+            (c.saved_with(*offset) - c.saved_with(offset - x)) * step as f64 / x as f64
+        });
+        above.max(below) / step as f64
+    }
 }
 
 /// The bounds every decision keeps.
@@ -91,7 +116,8 @@ pub struct Limits {
     pub max_move: u64,
     /// Smaller changes are not made (except to fit the total or bounds).
     pub hysteresis: u64,
-    /// Utility: a move is made only if it saves at least this many page-ins per second...
+    /// Utility: a move is made only if it saves at least this many milliseconds of page-in
+    /// time per second...
     pub min_gain: f64,
     /// ...and its gain per byte exceeds the donor's loss per byte by this factor.
     pub margin: f64,
@@ -106,23 +132,23 @@ pub enum Reason {
     Share,
     /// Brought within its minimum and maximum.
     Bounds,
-    /// Shrunk so the budgets fit the total; its next step saved this many page-ins/s.
+    /// Shrunk so the budgets fit the total; giving back a step cost this many ms/s.
     Fit {
-        /// Page-ins per second its first step up would save.
+        /// Milliseconds per second giving back a step costs.
         saved: f64,
     },
     /// Grown, on the way to `toward` more than its current budget (all of it, or part of the
-    /// way when the rate limit stops it before a cliff), which saves `saved` page-ins per
-    /// second by its curve.
+    /// way when the rate limit stops it before a cliff), which saves `saved` ms/s of page-in
+    /// time by its curve.
     Gain {
-        /// Page-ins per second `toward` saves.
+        /// Milliseconds of page-in time per second `toward` saves.
         saved: f64,
         /// Extra bytes the climb aims at.
         toward: u64,
     },
-    /// Shrunk for another process; its first step up saved this many page-ins per second.
+    /// Shrunk for another process; giving back a step cost this many ms/s (its estimate).
     Donor {
-        /// Page-ins per second its first step up would save.
+        /// Milliseconds per second giving back a step costs.
         saved: f64,
     },
 }
@@ -303,8 +329,8 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     let step = limits.step;
     let flat = UtilityCurve::from_points(step, &[], 0.0);
     let curve = |i: usize| claimants[i].curve.as_ref().unwrap_or(&flat);
-    // Page-ins per second the first step above the current budget saves, per byte.
-    let loss_per_byte = |i: usize| curve(i).saved_with(step) / step as f64;
+    // What giving back one step costs each, per byte.
+    let loss_per_byte = |i: usize| claimants[i].loss_per_byte(step);
     let mut to: Vec<u64> = claimants
         .iter()
         .map(|c| c.current.clamp(c.min, c.max))
@@ -334,14 +360,14 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
         to[i] -= cut;
         sum -= cut;
         reason[i] = Reason::Fit {
-            saved: curve(i).saved_with(step),
+            saved: loss_per_byte(i) * step as f64,
         };
     }
 
     // Gain beyond the current budget (what `to` already adds above it).
     let given = |i: usize, to: &[u64]| to[i].saturating_sub(claimants[i].current);
     let worth = |x: u64, g: f64| g >= limits.min_gain && x > 0;
-    // The best lookahead step of claimant `i` within `room`, as (bytes, page-ins/s saved).
+    // The best lookahead step of claimant `i` within `room`, as (bytes, ms/s saved).
     let lookahead = |i: usize, to: &[u64], room: u64| -> Option<(u64, f64)> {
         let (x, g) = curve(i).best_step(given(i, to), room)?;
         worth(x, g).then_some((x, g))
@@ -356,6 +382,25 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
         }
     };
     let start: Vec<u64> = (0..n).map(|i| given(i, &to)).collect();
+    // A climb is aimed only at what can be had: memory nobody holds plus what the processes
+    // that would lose less per byte than the climb gains could give (each down to its
+    // minimum). A cliff out of reach is not climbed part of the way for nothing.
+    let reachable = |i: usize, to: &[u64], free: u64, grown: &[u64]| -> Option<(u64, f64)> {
+        let room = claimants[i].max.saturating_sub(to[i]);
+        let (x, g) = lookahead(i, to, room)?;
+        let ratio = g / x as f64;
+        let cheap: u64 = (0..n)
+            .filter(|&j| j != i && grown[j] == 0)
+            .filter(|&j| loss_per_byte(j) * (1.0 + limits.margin) < ratio)
+            .map(|j| to[j].saturating_sub(claimants[j].min))
+            .sum();
+        let obtainable = room.min(free + cheap);
+        if x <= obtainable {
+            Some((x, g))
+        } else {
+            lookahead(i, to, obtainable)
+        }
+    };
     // Give: hand out what nobody holds, best lookahead first.
     let mut free = limits.total - sum;
     let mut grown = vec![0u64; n];
@@ -363,10 +408,7 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     while free >= step {
         let best = (0..n)
             .filter(|&i| grown[i] < limits.max_move)
-            .filter_map(|i| {
-                let room = claimants[i].max.saturating_sub(to[i]);
-                lookahead(i, &to, room).map(|(x, g)| (i, x, g))
-            })
+            .filter_map(|i| reachable(i, &to, free, &grown).map(|(x, g)| (i, x, g)))
             .max_by(|a, b| (a.2 / a.1 as f64).total_cmp(&(b.2 / b.1 as f64)));
         let Some((i, x_full, _)) = best else { break };
         let x = x_full.min(limits.max_move - grown[i]).min(free);
@@ -390,41 +432,54 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     // Exchange: from the least loss to the most gain, within the rate limit.
     let mut moved = 0u64;
     let mut donor = vec![false; n];
-    while moved < limits.max_move {
-        let receiver = (0..n)
+    'exchange: while moved < limits.max_move {
+        // Receivers best first; the first that finds a donor cheap enough gets its memory.
+        let mut receivers: Vec<(usize, u64, f64)> = (0..n)
             .filter(|&i| !donor[i])
-            .filter_map(|i| {
-                let room = claimants[i].max.saturating_sub(to[i]);
-                lookahead(i, &to, room).map(|(x, g)| (i, x, g))
-            })
-            .max_by(|a, b| (a.2 / a.1 as f64).total_cmp(&(b.2 / b.1 as f64)));
-        let Some((r, x_full, g_full)) = receiver else {
-            break;
-        };
-        let d = (0..n)
-            .filter(|&i| i != r && grown[i] == 0 && to[i] >= claimants[i].min + step)
-            .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)));
-        let Some(d) = d else { break };
-        let x = x_full
-            .min(limits.max_move - moved)
-            .min(to[d] - claimants[d].min)
-            / step
-            * step;
-        let gain_per_byte = g_full / x_full as f64;
-        if x < limits.hysteresis.max(step)
-            || gain_per_byte <= loss_per_byte(d) * (1.0 + limits.margin)
-        {
-            break;
+            .filter_map(|i| reachable(i, &to, 0, &grown).map(|(x, g)| (i, x, g)))
+            .collect();
+        receivers.sort_by(|a, b| (b.2 / b.1 as f64).total_cmp(&(a.2 / a.1 as f64)));
+        for (r, x_full, g_full) in receivers {
+            // At least the hysteresis: a concave curve's best step is its first, often
+            // smaller.
+            let least = limits.hysteresis.div_ceil(step) * step;
+            // The donor that loses least among those that can give that much.
+            let d = (0..n)
+                .filter(|&i| i != r && grown[i] == 0)
+                .filter(|&i| to[i] >= claimants[i].min + least.max(step))
+                .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)));
+            let Some(d) = d else { continue };
+            let x = x_full
+                .max(least)
+                .min(claimants[r].max.saturating_sub(to[r]))
+                .min(limits.max_move - moved)
+                .min(to[d] - claimants[d].min)
+                / step
+                * step;
+            // Toward a cliff the rate limit cuts short, the climb's own ratio counts.
+            let gain_per_byte = if x < x_full {
+                g_full / x_full as f64
+            } else {
+                curve(r).gain_beyond(given(r, &to), x) / x.max(1) as f64
+            };
+            if x == 0
+                || x < limits.hysteresis
+                || gain_per_byte <= loss_per_byte(d) * (1.0 + limits.margin)
+            {
+                continue;
+            }
+            reason[r] = reason_gain(r, &to, x_full.max(x), start[r]);
+            reason[d] = Reason::Donor {
+                saved: loss_per_byte(d) * step as f64,
+            };
+            to[r] += x;
+            to[d] -= x;
+            grown[r] += x;
+            donor[d] = true;
+            moved += x;
+            continue 'exchange;
         }
-        reason[r] = reason_gain(r, &to, x_full, start[r]);
-        to[r] += x;
-        to[d] -= x;
-        grown[r] += x;
-        donor[d] = true;
-        moved += x;
-        reason[d] = Reason::Donor {
-            saved: curve(d).saved_with(step),
-        };
+        break;
     }
 
     claimants
@@ -468,13 +523,22 @@ mod tests {
             max: 1024 * M,
             weight: 1024 * M,
             curve,
+            below: None,
         }
     }
 
-    /// Saves `per_step` page-ins/s for each 16 MiB up to `steps` steps, then nothing more.
+    /// Saves `per_step` ms/s for each 16 MiB up to `steps` steps, then nothing more.
     fn knee(per_step: f64, steps: usize) -> UtilityCurve {
         let points: Vec<f64> = (1..=64).map(|k| per_step * k.min(steps) as f64).collect();
         UtilityCurve::from_points(16 * M, &points, per_step * steps as f64)
+    }
+
+    /// Saves nothing until `steps` steps of 16 MiB more, then `saved`.
+    fn cliff(steps: usize, saved: f64) -> UtilityCurve {
+        let points: Vec<f64> = (1..=64)
+            .map(|k| if k >= steps { saved } else { 0.0 })
+            .collect();
+        UtilityCurve::from_points(16 * M, &points, saved)
     }
 
     fn budgets(a: &[Allocation]) -> Vec<u64> {
@@ -576,13 +640,7 @@ mod tests {
     #[test]
     fn a_cliff_beyond_the_rate_limit_is_climbed_a_part_at_a_time() {
         // A loop of 384 MiB more than its budget: nothing saved until all of it is there.
-        let cliff = UtilityCurve::from_points(
-            16 * M,
-            &(1..=64)
-                .map(|k| if k >= 24 { 500.0 } else { 0.0 })
-                .collect::<Vec<_>>(),
-            500.0,
-        );
+        let cliff = cliff(24, 500.0);
         let cs = vec![
             claimant(1, 512 * M, Some(knee(0.0, 0))),
             claimant(2, 256 * M, Some(cliff)),
@@ -598,6 +656,88 @@ mod tests {
             "{:?}",
             a[1]
         );
+    }
+
+    #[test]
+    fn a_working_set_that_just_fits_is_not_robbed() {
+        // The second fits at 512 MiB: nothing refaults above it, but measured at 384 MiB its
+        // last 128 MiB saved 50 per step. The first would like more, at 20 per step.
+        let mut fits = claimant(2, 512 * M, Some(knee(0.0, 0)));
+        fits.below = Some((128 * M, knee(50.0, 8)));
+        let cs = vec![claimant(1, 512 * M, Some(knee(20.0, 64))), fits.clone()];
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
+        assert_eq!(
+            budgets(&a),
+            vec![512, 512],
+            "taking from it would cost more"
+        );
+        // Without what was measured below, it looks free.
+        let mut blind = cs.clone();
+        blind[1].below = None;
+        let a = partition(Mode::Utility, &limits(1024 * M), &blind).unwrap();
+        assert_eq!(budgets(&a), vec![960, 64]);
+    }
+
+    #[test]
+    fn a_cliff_out_of_reach_is_not_climbed_for_nothing() {
+        // The first saves 900 once it has 384 MiB more, nothing before; only 192 MiB could be
+        // had without robbing the second, whose fitting working set would cost more. The
+        // third gains a little from every step: it gets the free memory, and the first's own
+        // memory, which saves the first nothing below its cliff.
+        let cliff = cliff(24, 900.0);
+        let mut fits = claimant(2, 448 * M, Some(knee(0.0, 0)));
+        fits.below = Some((64 * M, knee(400.0, 4)));
+        let cs = vec![
+            claimant(1, 256 * M, Some(cliff)),
+            fits,
+            claimant(3, 128 * M, Some(knee(2.0, 64))),
+        ];
+        let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![64, 448, 512]);
+    }
+
+    #[test]
+    fn a_concave_curve_gets_memory_in_moves_of_the_hysteresis() {
+        // Each 16 MiB step saves less than the one before: the best step is the first, half
+        // the 32 MiB hysteresis; the idle one gives at least the hysteresis.
+        let concave = UtilityCurve::from_points(
+            16 * M,
+            &(1..=64)
+                .map(|k| 40.0 * (k as f64).sqrt())
+                .collect::<Vec<_>>(),
+            400.0,
+        );
+        let cs = vec![
+            claimant(1, 512 * M, Some(knee(0.0, 0))),
+            claimant(2, 512 * M, Some(concave)),
+        ];
+        let mut l = limits(1024 * M);
+        l.max_move = 32 * M;
+        let a = partition(Mode::Utility, &l, &cs).unwrap();
+        assert_eq!(budgets(&a), vec![480, 544]);
+    }
+
+    #[test]
+    fn the_donor_must_be_able_to_give_the_hysteresis() {
+        // Two donors lose nothing; the first can give only 16 MiB (less than the hysteresis),
+        // the second 96 MiB: the second gives.
+        let concave = UtilityCurve::from_points(
+            16 * M,
+            &(1..=64)
+                .map(|k| 40.0 * (k as f64).sqrt())
+                .collect::<Vec<_>>(),
+            400.0,
+        );
+        let cs = vec![
+            claimant(1, 80 * M, Some(knee(0.0, 0))),
+            claimant(2, 160 * M, Some(knee(0.0, 0))),
+            claimant(3, 160 * M, Some(concave)),
+        ];
+        let mut l = limits(400 * M);
+        l.max_move = 32 * M;
+        l.hysteresis = 32 * M;
+        let a = partition(Mode::Utility, &l, &cs).unwrap();
+        assert_eq!(budgets(&a), vec![80, 128, 192], "{a:?}");
     }
 
     #[test]
@@ -684,6 +824,7 @@ mod tests {
                         max,
                         weight: 1 + next(1 << 30),
                         curve,
+                        below: None,
                     }
                 })
                 .collect();

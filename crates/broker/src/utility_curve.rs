@@ -1,9 +1,11 @@
-//! [`UtilityCurve`]: what more budget is worth to one managed process, in page-ins per second
-//! saved, measured between two of its status snapshots.
+//! [`UtilityCurve`]: what more budget is worth to one managed process, in page-in time saved
+//! (milliseconds per second), measured between two of its status snapshots.
 //!
 //! Each region reports cumulative refault counts by distance
 //! ([`RefaultStatus`]): the page-ins that a budget larger by so many bytes would have saved.
-//! The difference of two snapshots over the seconds between them is a rate. A process budget
+//! The difference of two snapshots over the seconds between them is a rate; each page-in saved
+//! is worth the region's mean page-in time over the interval (a chunk read by a stream costs
+//! more than one page read at random, and the time is what the program waits). A process budget
 //! is divided among its regions in proportion to their weight, so `x` more bytes for the
 //! process give each region `x` times its share of the budget; the process curve adds the
 //! regions' curves at those sizes, interpolating linearly inside a bucket.
@@ -15,8 +17,8 @@ use memvisor_control::{ProcessStatus, RefaultStatus, RegionStatus};
 pub struct UtilityCurve {
     /// Extra budget between two points, in bytes.
     pub step_bytes: u64,
-    /// `saved[k]`: page-ins per second that `(k + 1) * step_bytes` more would have saved
-    /// (non-decreasing).
+    /// `saved[k]`: milliseconds of page-in time per second that `(k + 1) * step_bytes` more
+    /// would have saved (non-decreasing).
     pub saved: Vec<f64>,
     /// Page-ins per second over the interval, all of them.
     pub page_ins: f64,
@@ -58,19 +60,29 @@ impl UtilityCurve {
         let budget = after.budget_bytes.max(1) as f64;
         for r in &after.regions {
             let old = before.regions.iter().find(|o| o.name == r.name);
-            page_ins += r.page_ins.saturating_sub(old.map_or(0, |o| o.page_ins)) as f64 / seconds;
+            let ins = r.page_ins.saturating_sub(old.map_or(0, |o| o.page_ins));
+            page_ins += ins as f64 / seconds;
+            // Mean page-in cost over the interval (over the region's life if none happened).
+            let nanos = r
+                .page_in_nanos
+                .saturating_sub(old.map_or(0, |o| o.page_in_nanos));
+            let cost_ms = if ins > 0 {
+                nanos as f64 / ins as f64 / 1e6
+            } else {
+                r.page_in_nanos as f64 / r.page_ins.max(1) as f64 / 1e6
+            };
             let share = r.budget_bytes as f64 / budget;
             let delta = refault_delta(old, r);
             for (k, s) in saved.iter_mut().enumerate() {
                 let extra = (k + 1) as f64 * step as f64 * share;
-                *s += interpolated(&delta, extra) / seconds;
+                *s += interpolated(&delta, extra) * cost_ms / seconds;
             }
         }
         Self::from_points(step, &saved, page_ins)
     }
 
-    /// Page-ins per second that `extra` more bytes would save (linear between points, flat
-    /// after the last).
+    /// Milliseconds of page-in time per second that `extra` more bytes would save (linear
+    /// between points, flat after the last).
     pub fn saved_with(&self, extra: u64) -> f64 {
         if extra == 0 || self.saved.is_empty() {
             return 0.0;
@@ -88,7 +100,7 @@ impl UtilityCurve {
         at(k) + (at(k + 1) - at(k)) * frac
     }
 
-    /// Page-ins per second saved per MiB of the first step: the marginal utility at the
+    /// Milliseconds per second saved per MiB of the first step: the marginal utility at the
     /// current budget.
     pub fn marginal_per_mib(&self) -> f64 {
         self.saved.first().copied().unwrap_or(0.0) / (self.step_bytes as f64 / (1 << 20) as f64)
@@ -100,8 +112,9 @@ impl UtilityCurve {
     }
 
     /// Utility-based partitioning's lookahead (Qureshi and Patt 2006): among the extra sizes
-    /// `k * step` beyond `given` up to `limit`, the one with the most page-ins saved per byte,
-    /// so a cliff further up is seen past a flat stretch. `(bytes, saved per second)`;
+    /// `k * step` beyond `given` up to `limit`, the one that saves the most time per byte,
+    /// so a cliff further up is seen past a flat stretch. `(bytes, milliseconds saved per
+    /// second)`;
     /// `None` if nothing within `limit` saves anything.
     pub fn best_step(&self, given: u64, limit: u64) -> Option<(u64, f64)> {
         let mut best: Option<(u64, f64)> = None;
@@ -121,15 +134,16 @@ impl UtilityCurve {
     }
 }
 
-/// `after`'s refault counts minus `before`'s, bucket by bucket (all of `after` if the bucket
-/// width changed or `before` is absent).
+/// `after`'s refault counts minus `before`'s, bucket by bucket (all of `after` if the buckets
+/// changed or `before` is absent).
 fn refault_delta(before: Option<&RegionStatus>, after: &RegionStatus) -> RefaultStatus {
     let a = &after.refaults;
     let b = before
         .map(|r| &r.refaults)
-        .filter(|b| b.bucket_bytes == a.bucket_bytes);
+        .filter(|b| b.unit_bytes == a.unit_bytes && b.sub_buckets == a.sub_buckets);
     RefaultStatus {
-        bucket_bytes: a.bucket_bytes,
+        unit_bytes: a.unit_bytes,
+        sub_buckets: a.sub_buckets,
         refaults: a
             .refaults
             .iter()
@@ -147,27 +161,39 @@ fn refault_delta(before: Option<&RegionStatus>, after: &RegionStatus) -> Refault
 
 /// Refaults that `extra` more bytes save, the bucket `extra` ends in counted in proportion.
 fn interpolated(curve: &RefaultStatus, extra: f64) -> f64 {
-    if curve.bucket_bytes == 0 || extra <= 0.0 {
+    if curve.unit_bytes == 0 || extra <= 0.0 {
         return 0.0;
     }
-    let pos = extra / curve.bucket_bytes as f64;
-    let whole = pos.floor() as usize;
-    let full: u64 = curve.refaults.iter().take(whole).sum();
-    let part = curve.refaults.get(whole).copied().unwrap_or(0) as f64 * (pos - whole as f64);
-    full as f64 + part
+    let scale = curve.scale();
+    let mut total = 0.0;
+    for (k, &n) in curve.refaults.iter().enumerate() {
+        let (lo, hi) = (scale.lower(k) as f64, scale.upper(k) as f64);
+        if hi <= extra {
+            total += n as f64;
+        } else {
+            if extra > lo {
+                total += n as f64 * (extra - lo) / (hi - lo);
+            }
+            break;
+        }
+    }
+    total
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A region whose page-ins cost 1 ms each.
     fn region(name: &str, budget: u64, page_ins: u64, refaults: Vec<u64>) -> RegionStatus {
         RegionStatus {
             name: name.into(),
             budget_bytes: budget,
             page_ins,
+            page_in_nanos: page_ins * 1_000_000,
             refaults: RefaultStatus {
-                bucket_bytes: 1 << 20,
+                unit_bytes: 1 << 20,
+                sub_buckets: 16,
                 refaults,
                 beyond: 0,
                 evicted_bytes: 0,
@@ -209,6 +235,17 @@ mod tests {
         assert_eq!(c.saved_with(2 << 20), 20.0, "half way to the first point");
         assert_eq!(c.saved_with(100 << 20), 60.0, "flat after the last point");
         assert_eq!(c.marginal_per_mib(), 10.0);
+    }
+
+    #[test]
+    fn page_ins_are_weighted_by_their_cost() {
+        let before = process(1 << 20, vec![region("ram", 1 << 20, 10, vec![0])]);
+        let mut after = process(1 << 20, vec![region("ram", 1 << 20, 20, vec![10])]);
+        // The ten page-ins of the interval took 50 ms: 5 ms each.
+        after.regions[0].page_in_nanos = before.regions[0].page_in_nanos + 50_000_000;
+        let c = UtilityCurve::between(&before, &after, 1.0, 1 << 20, 1);
+        assert_eq!(c.saved, vec![50.0]);
+        assert_eq!(c.page_ins, 10.0);
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
 /// Swap mapper and false-read preventer for reads of disk images into guest RAM: `on`
 /// (default) or `off`.
 pub const SWAP_MAPPER: &str = "MEMVISOR_SWAP_MAPPER";
+/// What the library does with the host page cache of the disk images the program reads into
+/// guest RAM: `default` (nothing) or `exclusive` (blocks the guest holds are dropped, let back
+/// in when memvisor evicts them); checked by `memvisor_pager::HostCache`'s parser.
+pub const HOST_CACHE: &str = "MEMVISOR_HOST_CACHE";
 /// Live migration destination: the `IP:PORT` the process listens on for a source's memory
 /// (`memvisor run --migration-listen`).
 pub const MIGRATION_LISTEN: &str = "MEMVISOR_MIGRATION_LISTEN";
@@ -35,7 +39,7 @@ pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -48,6 +52,7 @@ pub const ALL: [&str; 14] = [
     BUSY_POLL_US,
     ON_SWAP_FULL,
     SWAP_MAPPER,
+    HOST_CACHE,
     MIGRATION_LISTEN,
     MIGRATION_KEY,
 ];

@@ -54,6 +54,6 @@ pub use migrate_rules::{MigrateRules, MAX_DOWNTIME_LIMIT_MS, MIN_BANDWIDTH};
 pub use migration_status::MigrationStatus;
 pub use peer_credentials::PeerCredentials;
 pub use process_state::ProcessState;
-pub use process_status::{ProcessStatus, RefaultStatus, RegionStatus};
+pub use process_status::{ImageStatus, ProcessStatus, RefaultStatus, RegionStatus};
 pub use protocol::{Request, Response, PROTOCOL_VERSION};
 pub use set_rules::SetRules;

@@ -32,6 +32,32 @@ pub struct ProcessStatus {
     /// The live migration this process takes part in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationStatus>,
+    /// Disk images the program read into guest RAM, and their host page cache.
+    #[serde(default)]
+    pub images: Vec<ImageStatus>,
+}
+
+/// A disk image the program read into guest RAM (through the interposed reads), and what
+/// memvisor did with its host page cache (`memvisor run --host-cache`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ImageStatus {
+    /// The path the image was opened from (it may have been renamed since).
+    pub path: String,
+    /// `default` (the kernel's cache) or `exclusive` (blocks the guest holds are dropped).
+    pub host_cache: String,
+    /// Bytes the program read from the image into guest RAM.
+    pub guest_read_bytes: u64,
+    /// Bytes of the image in the host page cache now (`cachestat(2)`; 0 if refused).
+    pub cached_bytes: u64,
+    /// Bytes dropped from the host cache because the guest held them (cumulative).
+    pub host_cache_dropped_bytes: u64,
+    /// Bytes the guest held that stayed cached because they were dirty or under writeback.
+    pub host_cache_kept_dirty_bytes: u64,
+    /// Bytes let back into the host cache when memvisor evicted the guest's copy (demotion).
+    pub host_cache_demoted_bytes: u64,
+    /// Failed drops or demotions (`cachestat`, `posix_fadvise`).
+    pub host_cache_errors: u64,
 }
 
 /// One managed region's state and counters.
@@ -85,6 +111,9 @@ pub struct RegionStatus {
     pub page_in_p50_nanos: u64,
     /// 99th percentile page-in service time, ns (log2 bucket upper bound).
     pub page_in_p99_nanos: u64,
+    /// Nanoseconds the handler spent serving faults that needed a page-in (evictions
+    /// included) since the region was created: with `page_ins`, the mean cost of one.
+    pub page_in_nanos: u64,
     /// Ranges discarded on behalf of the program (munmap, MADV_DONTNEED, ...).
     pub discards: u64,
     /// Episodes of a full swap filesystem (runs of page-outs failing for lack of space).
@@ -117,10 +146,13 @@ pub struct RegionStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RefaultStatus {
-    /// Width of one bucket in bytes.
-    pub bucket_bytes: u64,
-    /// `refaults[k]`: page-ins that `(k + 1) * bucket_bytes` more budget would have saved and
-    /// `k * bucket_bytes` would not.
+    /// Width of the first buckets in bytes (one chunk).
+    pub unit_bytes: u64,
+    /// Buckets per doubling of the distance: `2 * sub_buckets` buckets of `unit_bytes`, then
+    /// `sub_buckets` per doubling (`memvisor_policy::RefaultScale`).
+    pub sub_buckets: u64,
+    /// `refaults[k]`: page-ins that `scale().upper(k)` more bytes of budget would have saved
+    /// and `scale().lower(k)` would not.
     pub refaults: Vec<u64>,
     /// Page-ins of evicted memory farther than the last bucket.
     pub beyond: u64,
@@ -131,7 +163,12 @@ pub struct RefaultStatus {
 impl RefaultStatus {
     /// Page-ins that `extra` more bytes of budget would have saved (whole buckets only).
     pub fn saved_with(&self, extra: u64) -> u64 {
-        memvisor_policy::saved_with(&self.refaults, self.bucket_bytes, extra)
+        memvisor_policy::saved_with(&self.refaults, self.scale(), extra)
+    }
+
+    /// The buckets' bounds, in bytes.
+    pub fn scale(&self) -> memvisor_policy::RefaultScale {
+        memvisor_policy::RefaultScale::new(self.unit_bytes, self.sub_buckets)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::process_status::{ProcessStatus, RegionStatus};
+use crate::process_status::{ImageStatus, ProcessStatus, RegionStatus};
 
 /// One metric family: name, type, help, and the value per region.
 struct Family {
@@ -171,6 +171,55 @@ const FAMILIES: &[Family] = &[
     },
 ];
 
+/// One metric family of disk images: name, type, help, and the value per image.
+struct ImageFamily {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&ImageStatus) -> u64,
+}
+
+/// Per disk image a program reads into guest RAM (`ProcessStatus::images`), labelled with
+/// `image` (its path) and `host_cache` (the mode).
+const IMAGE_FAMILIES: &[ImageFamily] = &[
+    ImageFamily {
+        name: "memvisor_image_guest_read_bytes_total",
+        kind: "counter",
+        help: "Bytes the program read from the image into guest RAM.",
+        value: |i| i.guest_read_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_host_cached_bytes",
+        kind: "gauge",
+        help: "Bytes of the image in the host page cache (cachestat).",
+        value: |i| i.cached_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_host_cache_dropped_bytes_total",
+        kind: "counter",
+        help: "Bytes dropped from the host page cache because the guest holds them (exclusive host cache).",
+        value: |i| i.host_cache_dropped_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_host_cache_kept_dirty_bytes_total",
+        kind: "counter",
+        help: "Bytes the guest holds that stayed in the host cache because they were dirty or under writeback.",
+        value: |i| i.host_cache_kept_dirty_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_host_cache_demoted_bytes_total",
+        kind: "counter",
+        help: "Bytes let back into the host page cache when memvisor evicted the guest's copy.",
+        value: |i| i.host_cache_demoted_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_host_cache_errors_total",
+        kind: "counter",
+        help: "Failed host-cache drops or demotions.",
+        value: |i| i.host_cache_errors,
+    },
+];
+
 /// Escapes a label value (backslash, double quote, newline).
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -205,7 +254,7 @@ pub fn render(processes: &[ProcessStatus]) -> String {
             // 16 points of the curve (every bucket if there are fewer).
             let every = n.div_ceil(16).max(1);
             for k in (every..=n).step_by(every) {
-                let extra = k as u64 * c.bucket_bytes;
+                let extra = c.scale().upper(k - 1);
                 let _ = writeln!(
                     out,
                     "memvisor_refaults_saved_total{{pid=\"{}\",program=\"{}\",region=\"{}\",kind=\"{}\",extra_bytes=\"{extra}\"}} {}",
@@ -239,6 +288,24 @@ pub fn render(processes: &[ProcessStatus]) -> String {
             }
         }
     }
+    for f in IMAGE_FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for p in processes {
+            for i in &p.images {
+                let _ = writeln!(
+                    out,
+                    "{}{{pid=\"{}\",program=\"{}\",image=\"{}\",host_cache=\"{}\"}} {}",
+                    f.name,
+                    p.pid,
+                    escape(&p.program),
+                    escape(&i.path),
+                    escape(&i.host_cache),
+                    (f.value)(i)
+                );
+            }
+        }
+    }
     out
 }
 
@@ -260,16 +327,30 @@ mod tests {
                 page_outs: 3,
                 page_in_p99_nanos: 2_000_000,
                 refaults: crate::RefaultStatus {
-                    bucket_bytes: 1 << 20,
+                    unit_bytes: 1 << 20,
+                    sub_buckets: 16,
                     refaults: (0..32).collect(),
                     beyond: 0,
                     evicted_bytes: 0,
                 },
                 ..Default::default()
             }],
+            images: vec![crate::ImageStatus {
+                path: "/var/lib/disk.img".into(),
+                host_cache: "exclusive".into(),
+                host_cache_dropped_bytes: 8192,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let text = render(&[p]);
+        assert!(
+            text.contains(
+                "memvisor_image_host_cache_dropped_bytes_total{pid=\"42\",program=\"a\\\"b\",image=\"/var/lib/disk.img\",host_cache=\"exclusive\"} 8192\n"
+            ),
+            "{text}"
+        );
+
         assert!(text.contains(
             "memvisor_process_budget_bytes{pid=\"42\",program=\"a\\\"b\",policy=\"clock\"} 100"
         ));
@@ -285,7 +366,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("extra_bytes=\"33554432\"} 496\n"), "{text}");
-        assert_eq!(text.matches("# TYPE").count(), FAMILIES.len() + 2);
+        assert_eq!(
+            text.matches("# TYPE").count(),
+            FAMILIES.len() + IMAGE_FAMILIES.len() + 2
+        );
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");

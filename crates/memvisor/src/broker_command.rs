@@ -17,7 +17,7 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "SIZE|PCT")]
     total: String,
     /// How: `static` (equal shares), `proportional` (to guest RAM size) or `utility` (by the
-    /// page-ins more memory saves each process, measured from its refault curve).
+    /// page-in time more memory saves each process, measured from its refault curve).
     #[arg(long, default_value = "utility", value_name = "MODE")]
     mode: String,
     /// Time between decisions (curves are measured over it).
@@ -42,7 +42,7 @@ pub struct BrokerArgs {
     /// name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins.
     #[arg(long = "limit", value_name = "NAME=MIN:MAX")]
     limits: Vec<String>,
-    /// Utility: a move must save at least this many page-ins per second...
+    /// Utility: a move must save at least this many milliseconds of page-in time per second...
     #[arg(long, default_value_t = 1.0, value_name = "RATE")]
     min_gain: f64,
     /// ...and save per byte more than the donor loses per byte by this factor (0.5: 50%).

@@ -49,7 +49,7 @@ enum Command {
     /// memory pager to pager (swapped pages straight from swap, never faulted in).
     Migrate(migrate_command::MigrateArgs),
     /// Divide one memory total among every process under memvisor on this host (static,
-    /// proportional, or by the page-ins more memory saves each), one decision per interval.
+    /// proportional, or by the page-in time more memory saves each), one decision per interval.
     Broker(broker_command::BrokerArgs),
 }
 

@@ -58,6 +58,15 @@ pub struct RunArgs {
     /// image again; a read that overwrites whole pages does not first read them from swap.
     #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
     swap_mapper: String,
+    /// Host page cache of the disk images QEMU reads into guest RAM: `default` leaves it to
+    /// the kernel; `exclusive` drops the blocks from the host cache right after each read
+    /// into guest RAM (never a dirty page) and lets them back in when memvisor evicts the
+    /// guest page the image holds, so the host caches what the guest does not. Not the
+    /// default: an image shared with other VMs (a backing file) loses its cached blocks for
+    /// all of them, and a guest re-reading what it dropped itself reads the disk.
+    #[arg(long, value_name = "MODE", default_value = "default",
+          value_parser = clap::builder::PossibleValuesParser::new(memvisor_pager::HostCache::NAMES))]
+    host_cache: String,
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
@@ -230,6 +239,8 @@ struct Plan {
     control_dir: PathBuf,
     /// Live migration destination: address and key file (absolute).
     migration_in: Option<(std::net::SocketAddr, PathBuf)>,
+    /// `--host-cache`, checked by the parser the library uses.
+    host_cache: memvisor_pager::HostCache,
 }
 
 fn plan(args: &RunArgs) -> Result<Plan, RunError> {
@@ -253,6 +264,14 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         given: args.busy_poll.clone(),
         reason: "expected a duration from 0 to 1s, such as 100us, 0.5ms or 0".into(),
     })?;
+    let host_cache = args
+        .host_cache
+        .parse::<memvisor_pager::HostCache>()
+        .map_err(|reason| RunError::Value {
+            arg: "host-cache",
+            given: args.host_cache.clone(),
+            reason,
+        })?;
     let budget = parse_size("budget", &args.budget)?.resolve(ram);
     // The same rules `memvisor set` and the control server apply.
     let rules = memvisor_control::SetRules {
@@ -340,6 +359,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         library,
         control_dir,
         migration_in,
+        host_cache,
     })
 }
 
@@ -431,6 +451,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::BUSY_POLL_US, plan.busy_poll_us.to_string())
         .env(launch_env::ON_SWAP_FULL, &args.on_swap_full)
         .env(launch_env::SWAP_MAPPER, &args.swap_mapper)
+        .env(launch_env::HOST_CACHE, plan.host_cache.name())
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())
         .env(launch_env::CONTROL_DIR, &plan.control_dir)

@@ -73,7 +73,7 @@ pub fn render_frame(
         "faults/s",
         "in/s",
         "out/s",
-        "saves/s +1/8 +1/4 +1/2",
+        "ms/s saved +1/8 +1/4 +1/2",
         "regions",
     ]
     .iter()
@@ -90,7 +90,8 @@ pub fn render_frame(
             }
         };
         let read = rate(&|p| p.total(|r| r.bytes_read));
-        // The refault curve: page-ins per second a budget larger by 1/8, 1/4, 1/2 would save.
+        // The refault curve: milliseconds of page-in time per second a budget larger by 1/8, 1/4,
+        // 1/2 would save.
         let curve = match before.get(pid) {
             Some(b) if s.at_unix_ms > b.at_unix_ms => {
                 let secs = (s.at_unix_ms - b.at_unix_ms) as f64 / 1000.0;
@@ -175,8 +176,11 @@ mod tests {
                 name: "ram".into(),
                 budget_bytes: 64 << 20,
                 page_ins,
+                // 2 ms each.
+                page_in_nanos: page_ins * 2_000_000,
                 refaults: RefaultStatus {
-                    bucket_bytes: 8 << 20,
+                    unit_bytes: 8 << 20,
+                    sub_buckets: 16,
                     refaults,
                     beyond: 0,
                     evicted_bytes: 0,
@@ -190,12 +194,13 @@ mod tests {
     #[test]
     fn frames_show_each_process_curve() {
         let before = HashMap::from([(9, status(1000, 0, vec![0; 8]))]);
-        // In 2 s: 20 page-ins +8M would have saved, 40 more at +16M, 100 more at +32M.
+        // In 2 s: 20 page-ins +8M would have saved, 40 more at +16M, 100 more at +32M; 2 ms
+        // each.
         let now = HashMap::from([(9, status(3000, 200, vec![20, 40, 0, 100, 0, 0, 0, 0]))]);
         let frame = render_frame(&now, &before, &[]);
-        assert!(frame.contains("saves/s +1/8 +1/4 +1/2"), "{frame}");
+        assert!(frame.contains("ms/s saved +1/8 +1/4 +1/2"), "{frame}");
         let row = frame.lines().find(|l| l.starts_with('9')).unwrap();
-        assert!(row.contains("10 30 80"), "{row}");
+        assert!(row.contains("20 60 160"), "{row}");
         let first = render_frame(&now, &HashMap::new(), &[]);
         let row = first.lines().find(|l| l.starts_with('9')).unwrap();
         assert!(

@@ -203,7 +203,7 @@ fn broker_divides_by_utility_and_survives_restarts_silence_and_exits() {
         c.read_to_string(&mut scraped).unwrap();
         scraped.contains(&format!("memvisor_broker_budget_bytes{{pid=\"{}\"", b.pid))
             && scraped.contains("memvisor_broker_total_bytes 301989888")
-            && scraped.contains("memvisor_broker_saved_page_ins_per_second{")
+            && scraped.contains("memvisor_broker_page_in_time_saved_ratio{")
     });
 
     // B stops answering: its budget is kept aside; then it answers again.

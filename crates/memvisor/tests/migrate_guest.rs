@@ -148,10 +148,19 @@ fn a_churning_guest_moves_to_a_smaller_destination_and_verifies() {
         src.qmp("query-status").contains("\"running\":true"),
         "the source guest keeps running after a refused migration"
     );
-    let d = dst
-        .status()
-        .migration
-        .expect("the destination reports its end");
+    // The destination records the refused attempt just after closing the connection the
+    // source saw fail: give it a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let d = loop {
+        let d = dst
+            .status()
+            .migration
+            .expect("the destination reports its end");
+        if d.error.is_some() || std::time::Instant::now() > deadline {
+            break d;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(d.state, "listening", "{d:?}");
     assert!(d.error.as_deref().unwrap_or("").contains("key"), "{d:?}");
 

@@ -70,12 +70,14 @@ impl<'a> MemoryReceiver<'a> {
                     return Ok(());
                 }
                 Attempt::Failed(e) => {
+                    // Said first: the source already knows (its connection is closed), and
+                    // whoever asks next should see why.
+                    self.progress
+                        .set_error(format!("attempt from {peer} failed: {e}"), false);
                     // Nothing received stays: the guest must not start from half a memory.
                     for r in &regions {
                         let _ = r.discard(0, r.len());
                     }
-                    self.progress
-                        .set_error(format!("attempt from {peer} failed: {e}"), false);
                     self.progress.set_state("listening");
                 }
             }

@@ -9,6 +9,8 @@
 //! [`ImageFile::begin_write`] before the write reaches the file and [`ImageFile::end_write`]
 //! after; an association whose read overlapped any write is refused
 //! ([`ImageFile::read_epoch`]), because the page may hold either the old or the new bytes.
+//! It also carries the image's host-cache state ([`crate::host_cache`]): what the guest now
+//! holds leaves the host cache in `exclusive` mode, and comes back when memvisor evicts it.
 
 use std::fs::File;
 use std::io;
@@ -16,6 +18,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::host_cache::{HostCache, HostCacheStats, ImageHostCache};
 
 /// Identity of an open file (an image, a memfd): its device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,6 +43,8 @@ pub struct ImageFile {
     writes_in_flight: AtomicU64,
     /// Bumped at the end of every write.
     write_epoch: AtomicU64,
+    /// What memvisor does with the image's host page cache.
+    host_cache: ImageHostCache,
 }
 
 /// A snapshot of an image's write state taken before a read ([`ImageFile::read_epoch`]).
@@ -84,6 +90,7 @@ impl ImageFile {
             file,
             writes_in_flight: AtomicU64::new(0),
             write_epoch: AtomicU64::new(0),
+            host_cache: ImageHostCache::default(),
         })
     }
 
@@ -122,6 +129,38 @@ impl ImageFile {
     pub fn unchanged_since(&self, epoch: ReadEpoch) -> bool {
         self.writes_in_flight.load(Ordering::SeqCst) == 0
             && self.write_epoch.load(Ordering::SeqCst) == epoch.0
+    }
+
+    /// Sets what memvisor does with the image's host page cache (default: nothing).
+    pub fn set_host_cache(&self, mode: HostCache) {
+        self.host_cache.set_mode(mode);
+    }
+
+    /// What memvisor does with the image's host page cache.
+    pub fn host_cache(&self) -> HostCache {
+        self.host_cache.mode()
+    }
+
+    /// The program read `read` bytes of the image into guest RAM, of which the guest now holds
+    /// bytes `[offset, offset + len)`: in `exclusive` mode their whole pages leave the host
+    /// cache (dirty and writeback pages stay). See [`crate::host_cache`].
+    pub fn guest_holds(&self, offset: u64, len: u64, read: u64) {
+        self.host_cache.note_guest_read(read);
+        self.host_cache
+            .guest_holds(self.raw_fd(), &self.path, offset, len);
+    }
+
+    /// memvisor evicted the guest's copy of bytes `[offset, offset + len)`, which the image
+    /// holds: in `exclusive` mode they are let back into the host cache (demotion), with
+    /// `POSIX_FADV_WILLNEED` unless `cached` (just read).
+    pub fn guest_released(&self, offset: u64, len: u64, cached: bool) {
+        self.host_cache
+            .guest_released(self.raw_fd(), &self.path, offset, len, cached);
+    }
+
+    /// The image's host-cache counters, and its bytes in the host page cache now.
+    pub fn host_cache_stats(&self) -> HostCacheStats {
+        self.host_cache.stats(self.raw_fd())
     }
 
     /// A write to the image is about to start.

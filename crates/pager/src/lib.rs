@@ -37,6 +37,7 @@
 //! [`Mapping`], [`SwapFile`], [`crc32c()`](crc32c::crc32c). C callers use [`ffi`] through
 //! `include/memvisor.h`.
 
+mod cachestat;
 mod chunk_prefetcher;
 pub mod crc32c;
 mod demand_reader;
@@ -45,6 +46,7 @@ mod event_fd;
 mod fault_handler;
 mod fault_injector;
 pub mod ffi;
+pub mod host_cache;
 mod image_file;
 mod memfd;
 mod migration_pages;
@@ -71,7 +73,9 @@ mod uring_writer;
 pub mod userfaultfd;
 mod write_job;
 
+pub use cachestat::{cachestat, CacheStat};
 pub use fault_injector::FaultInjector;
+pub use host_cache::{HostCache, HostCacheStats};
 pub use image_file::{FileKey, ImageFile, ReadEpoch};
 pub use memfd::{page_size, Mapping, Memfd};
 pub use migration_pages::{InstallOutcome, MigrationPages};

@@ -155,9 +155,10 @@ impl Region {
         let shared = Arc::new(HandlerShared {
             name: name.clone(),
             stats: Default::default(),
-            refaults: RefaultCounters::new(
-                crate::fault_handler::refault_bucket_pages(len / page_size()) * page_size() as u64,
-            ),
+            refaults: {
+                let scale = crate::fault_handler::refault_scale(cs / page_size());
+                RefaultCounters::new((cs) as u64, scale.buckets_for((len / page_size()) as u64))
+            },
             errors: Mutex::new(VecDeque::new()),
             log: config.log_errors.then(|| ErrorLog::new(&name)),
             stop,

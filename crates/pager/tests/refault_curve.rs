@@ -55,10 +55,10 @@ fn a_loop_over_more_than_the_budget_refaults_at_its_excess_and_no_more() {
         }
         let before = r.refault_curve();
         assert_eq!(
-            before.bucket_bytes,
-            page_size() as u64,
-            "128 buckets over 128 pages"
+            before.unit_bytes, chunk,
+            "the first buckets are one chunk wide"
         );
+        assert_eq!(before.refaults.len(), 32, "32 chunks: linear buckets only");
         for _ in 0..5 {
             pass(&r, 12);
         }
@@ -78,8 +78,8 @@ fn a_loop_over_more_than_the_budget_refaults_at_its_excess_and_no_more() {
         }
         // Believe the curve: the extra budget that saves every page-in, and the loop pages
         // nothing in any more.
-        let farthest = curve.refaults.iter().rposition(|&n| n > 0).unwrap() as u64 + 1;
-        let farthest = farthest * curve.bucket_bytes;
+        let farthest = curve.refaults.iter().rposition(|&n| n > 0).unwrap();
+        let farthest = curve.scale().upper(farthest);
         assert_eq!(curve.saved_with(farthest), page_ins, "{policy}: {curve:?}");
         let extra = (farthest.div_ceil(chunk) * chunk) as usize;
         r.set_budget(r.budget_bytes() + extra).unwrap();

@@ -49,7 +49,7 @@ pub use lru::Lru;
 pub use mglru::Mglru;
 pub use policy_error::PolicyError;
 pub use policy_spec::{PolicyParams, PolicySpec};
-pub use refault_history::{saved_with, Refault, RefaultHistory};
+pub use refault_history::{saved_with, Refault, RefaultHistory, RefaultScale};
 pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 pub use slot_lists::SlotLists;

@@ -12,51 +12,117 @@
 //! bound of the misses saved with `x` more: a ghost list in the sense of ARC's B lists or the
 //! shadow queues of utility-based partitioning, in one `u64` per unit and a few counters.
 //!
+//! Distances are counted in log-linear buckets ([`RefaultScale`], as HdrHistogram does):
+//! `2 * sub` buckets one `unit` wide, then `sub` buckets per doubling, so the relative
+//! resolution is `1 / sub` at every distance and a region of any size (a 48 GiB arena, a 1 GiB
+//! guest) needs a few hundred buckets.
+//!
 //! Sizes are in the caller's unit (the pager counts pages, the simulator units). The stamp
 //! array is indexed by a dense unit index `0..units` and allocated at construction; nothing is
 //! allocated afterwards. A refault does not clear the stamp: a pager that brings a unit back
 //! in several page-ins counts each as saved by the same distance; the next eviction of the
 //! unit stamps it anew.
 
-/// Refault distances of a resident set, counted in buckets of equal width.
+/// Log-linear distance buckets: `2 * sub` buckets of width `unit`, then `sub` buckets per
+/// doubling of the distance. Bucket `k` holds distances in `(lower(k), upper(k)]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefaultScale {
+    /// Width of the first buckets (at least 1).
+    pub unit: u64,
+    /// Buckets per doubling (at least 1).
+    pub sub: u64,
+}
+
+impl RefaultScale {
+    /// A scale with first buckets `unit` wide and `sub` buckets per doubling.
+    pub fn new(unit: u64, sub: u64) -> Self {
+        Self {
+            unit: unit.max(1),
+            sub: sub.max(1),
+        }
+    }
+
+    /// The bucket of distance `d` (at least 1; 0 counts as 1).
+    pub fn bucket(&self, d: u64) -> usize {
+        // v: 0-based distance in units, rounded up.
+        let v = d.max(1).div_ceil(self.unit) - 1;
+        let sub = self.sub;
+        if v < 2 * sub {
+            return v as usize;
+        }
+        // Group g >= 1 covers [sub * 2^g, sub * 2^(g+1)) with buckets 2^g units wide.
+        let g = (v / sub).ilog2() as u64;
+        let offset = (v - (sub << g)) >> g;
+        (2 * sub + (g - 1) * sub + offset) as usize
+    }
+
+    /// The largest distance of bucket `k`.
+    pub fn upper(&self, k: usize) -> u64 {
+        let (k, sub) = (k as u64, self.sub);
+        let v_max = if k < 2 * sub {
+            k
+        } else {
+            let g = 1 + (k - 2 * sub) / sub;
+            let o = (k - 2 * sub) % sub;
+            (sub << g) + (o << g) + (1 << g) - 1
+        };
+        (v_max + 1).saturating_mul(self.unit)
+    }
+
+    /// The largest distance of the bucket before `k` (0 for the first).
+    pub fn lower(&self, k: usize) -> u64 {
+        if k == 0 {
+            0
+        } else {
+            self.upper(k - 1)
+        }
+    }
+
+    /// Buckets needed for distances up to `max`.
+    pub fn buckets_for(&self, max: u64) -> usize {
+        self.bucket(max) + 1
+    }
+}
+
+/// Refault distances of a resident set, counted in log-linear buckets.
 #[derive(Debug, Clone)]
 pub struct RefaultHistory {
     /// Per unit: the evicted total before its last eviction, plus one; 0 for no ghost.
     stamps: Vec<u64>,
     /// Total size evicted so far.
     evicted: u64,
-    /// Width of one distance bucket.
-    width: u64,
-    /// Refaults by distance: bucket `k` holds distances in `(k * width, (k + 1) * width]`.
+    /// The distance buckets.
+    scale: RefaultScale,
+    /// Refaults by distance bucket.
     buckets: Vec<u64>,
-    /// Refaults at a distance of more than `buckets.len() * width`.
+    /// Refaults farther than the last bucket.
     beyond: u64,
 }
 
 /// Where a refault was counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refault {
-    /// In bucket `k`: saved by `(k + 1) * width` more memory, not by `k * width`.
+    /// In bucket `k`: saved by `scale.upper(k)` more memory, not by `scale.lower(k)`.
     Bucket(usize),
     /// Farther than the last bucket.
     Beyond,
 }
 
 impl RefaultHistory {
-    /// A history for units `0..units`, with `buckets` buckets of `width` each (at least 1).
-    pub fn new(units: usize, width: u64, buckets: usize) -> Self {
+    /// A history for units `0..units`, with buckets of `scale` for distances up to `max`.
+    pub fn new(units: usize, scale: RefaultScale, max: u64) -> Self {
         Self {
             stamps: vec![0; units],
             evicted: 0,
-            width: width.max(1),
-            buckets: vec![0; buckets.max(1)],
+            scale,
+            buckets: vec![0; scale.buckets_for(max)],
             beyond: 0,
         }
     }
 
-    /// Width of one bucket.
-    pub fn width(&self) -> u64 {
-        self.width
+    /// The distance buckets.
+    pub fn scale(&self) -> RefaultScale {
+        self.scale
     }
 
     /// Number of buckets.
@@ -80,11 +146,11 @@ impl RefaultHistory {
             return None;
         }
         let distance = self.evicted - (stamp - 1);
-        let k = distance.saturating_sub(1) / self.width;
-        match self.buckets.get_mut(k as usize) {
+        let k = self.scale.bucket(distance);
+        match self.buckets.get_mut(k) {
             Some(b) => {
                 *b += 1;
-                Some(Refault::Bucket(k as usize))
+                Some(Refault::Bucket(k))
             }
             None => {
                 self.beyond += 1;
@@ -118,27 +184,34 @@ impl RefaultHistory {
     /// Misses that `extra` more memory would have saved so far (a lower bound for LRU): the
     /// refaults in every bucket that lies wholly within `extra`.
     pub fn saved_with(&self, extra: u64) -> u64 {
-        saved_with(&self.buckets, self.width, extra)
+        saved_with(&self.buckets, self.scale, extra)
     }
 }
 
-/// Refaults in the buckets of `width` that lie wholly within `extra` (what `extra` more memory
-/// saves, a lower bound), for any copy of a [`RefaultHistory`]'s buckets. A width of 0 saves
-/// nothing.
-pub fn saved_with(buckets: &[u64], width: u64, extra: u64) -> u64 {
-    if width == 0 {
-        return 0;
-    }
-    buckets.iter().take((extra / width) as usize).sum()
+/// Refaults in the buckets of `scale` that lie wholly within `extra` (what `extra` more memory
+/// saves, a lower bound), for any copy of a [`RefaultHistory`]'s buckets.
+pub fn saved_with(buckets: &[u64], scale: RefaultScale, extra: u64) -> u64 {
+    buckets
+        .iter()
+        .enumerate()
+        .take_while(|&(k, _)| scale.upper(k) <= extra)
+        .map(|(_, &n)| n)
+        .sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Linear buckets of `width` (a `sub` large enough that no doubling is reached).
+    fn linear(width: u64) -> RefaultScale {
+        RefaultScale::new(width, 1 << 20)
+    }
+
     #[test]
     fn distance_is_what_was_evicted_in_between() {
-        let mut h = RefaultHistory::new(8, 2, 4);
+        let mut h = RefaultHistory::new(8, linear(2), 8);
+        assert_eq!(h.buckets().len(), 4);
         assert_eq!(h.refault(0), None, "never evicted");
         h.evicted(0, 1);
         assert_eq!(
@@ -163,13 +236,12 @@ mod tests {
             "distances 3 and 4 share a bucket: not within 3"
         );
         assert_eq!(h.saved_with(4), 3);
-        assert_eq!(h.saved_with(6), 3);
         assert_eq!(h.saved_with(100), 3);
     }
 
     #[test]
     fn forgotten_and_out_of_range_units_are_not_refaults() {
-        let mut h = RefaultHistory::new(2, 1, 2);
+        let mut h = RefaultHistory::new(2, linear(1), 2);
         h.evicted(1, 1);
         h.forget(1);
         assert_eq!(h.refault(1), None);
@@ -181,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_refault_keeps_the_stamp_until_the_next_eviction() {
-        let mut h = RefaultHistory::new(2, 1, 8);
+        let mut h = RefaultHistory::new(2, linear(1), 8);
         h.evicted(0, 1);
         h.evicted(1, 2);
         assert_eq!(h.refault(0), Some(Refault::Bucket(2)));
@@ -192,5 +264,32 @@ mod tests {
         );
         h.evicted(0, 1);
         assert_eq!(h.refault(0), Some(Refault::Bucket(0)), "its own size only");
+    }
+
+    #[test]
+    fn log_linear_buckets_tile_the_distances() {
+        let s = RefaultScale::new(256, 4);
+        // 8 buckets of 256, then 4 per doubling: 512 wide up to 4096, 1024 wide up to 8192.
+        let uppers: Vec<u64> = (0..14).map(|k| s.upper(k)).collect();
+        assert_eq!(
+            uppers,
+            [256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144]
+        );
+        // Every distance falls in the bucket whose bounds hold it, bounds never overlap.
+        for d in 1..20_000u64 {
+            let k = s.bucket(d);
+            assert!(s.lower(k) < d && d <= s.upper(k), "d {d} bucket {k}");
+        }
+        assert_eq!(s.bucket(0), 0);
+        // A 48 GiB region in pages with 1 MiB units, 16 per doubling: a few hundred buckets.
+        let pages = RefaultScale::new(256, 16);
+        let n = pages.buckets_for(48 << 18);
+        assert!(n < 250, "{n}");
+        assert!(pages.upper(n - 1) >= 48 << 18);
+        // Relative width at most 1/sub past the linear part.
+        for k in 32..n {
+            let width = pages.upper(k) - pages.lower(k);
+            assert!(width * 16 <= pages.upper(k), "bucket {k}");
+        }
     }
 }

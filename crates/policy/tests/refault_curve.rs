@@ -4,7 +4,7 @@
 //! half the capacity more, looser beyond.
 
 use memvisor_policy::{
-    Access, DeterministicRng, EvictionPolicy, InformationModel, Lru, RefaultHistory,
+    Access, DeterministicRng, EvictionPolicy, InformationModel, Lru, RefaultHistory, RefaultScale,
 };
 
 /// Requests over `universe` units: a hot tenth gets `hot_percent` of them, the rest are uniform.
@@ -32,7 +32,7 @@ fn lru_misses(stream: &[u64], capacity: usize) -> u64 {
 /// Runs LRU at `capacity` with a refault history of `universe` units (size 1 each).
 fn history_at(stream: &[u64], universe: usize, capacity: usize, width: u64) -> RefaultHistory {
     let mut lru = Lru::new(capacity);
-    let mut history = RefaultHistory::new(universe, width, 64);
+    let mut history = RefaultHistory::new(universe, RefaultScale::new(width, 1 << 20), 64 * width);
     for &u in stream {
         if let Access::Miss { victim } = lru.access(u, InformationModel::Exact) {
             history.refault(u as usize);

@@ -18,6 +18,13 @@
 //!   the pager (dropped from memory and swap, zero when touched again), never punched behind
 //!   its back.
 //!
+//! * The image's host page cache ([`memvisor_pager::host_cache`], `memvisor run
+//!   --host-cache`): after a read into guest RAM, in `exclusive` mode the whole pages of the
+//!   bytes that landed in guest RAM leave the host page cache (dirty and writeback pages
+//!   stay); the pager lets them back in when it evicts the guest pages the image holds.
+//!   Reads into other memory leave the cache alone. Works with `--swap-mapper off` too (then
+//!   nothing is associated, and nothing is let back in).
+//!
 //! Not seen: `aio=native` (`io_submit`) and `aio=io_uring` requests, which the kernel completes
 //! without a library call, and plain `write`/`writev` at the file position. Their reads into
 //! guest RAM are paged in as usual (no association is made), and a write that changes an
@@ -30,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use libc::c_int;
 use memvisor_pager::{FileKey, ImageFile};
 
-use crate::managed_process::{self as mp, ACTIVE, SWAP_MAPPER};
+use crate::managed_process::{self as mp, ACTIVE, EXCLUSIVE_HOST_CACHE, SWAP_MAPPER};
 use crate::raw_calls::set_errno;
 use crate::shim_guard::{is_pager_thread, ShimGuard};
 
@@ -78,6 +85,9 @@ fn image_for_read(fd: c_int) -> Option<Arc<ImageFile>> {
     if image.key() != key {
         return None; // the descriptor changed meanwhile
     }
+    if EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire) {
+        image.set_host_cache(memvisor_pager::HostCache::Exclusive);
+    }
     list.push(image.clone());
     ANY_IMAGE.store(true, Ordering::Release);
     Some(image)
@@ -98,6 +108,52 @@ fn watching() -> bool {
     ACTIVE.load(Ordering::Acquire) && SWAP_MAPPER.load(Ordering::Acquire) && !is_pager_thread()
 }
 
+/// Whether the program's reads are looked at: as [`watching`], or the host cache is
+/// exclusive.
+fn watching_reads() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+        && (SWAP_MAPPER.load(Ordering::Acquire) || EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire))
+        && !is_pager_thread()
+}
+
+/// Every image read into guest RAM so far, and its host page cache (for the status).
+pub fn image_statuses() -> Vec<memvisor_control::ImageStatus> {
+    let list: Vec<Arc<ImageFile>> = images().clone();
+    list.iter()
+        .map(|i| {
+            let s = i.host_cache_stats();
+            memvisor_control::ImageStatus {
+                path: i.path().display().to_string(),
+                host_cache: s.mode.name().to_string(),
+                guest_read_bytes: s.guest_read_bytes,
+                cached_bytes: s.cached_bytes.unwrap_or(0),
+                host_cache_dropped_bytes: s.dropped_bytes,
+                host_cache_kept_dirty_bytes: s.kept_unclean_bytes,
+                host_cache_demoted_bytes: s.demoted_bytes,
+                host_cache_errors: s.errors,
+            }
+        })
+        .collect()
+}
+
+/// The file ranges `(offset, length)` of the bytes a read at `offset` that returned `n` bytes
+/// put into guest RAM (`pieces`, in read order), adjacent ones merged.
+fn guest_ranges(pieces: &[Piece], offset: u64, n: usize) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for p in pieces {
+        let end = (p.at + p.len).min(n);
+        if end <= p.at {
+            continue;
+        }
+        let (o, l) = (offset + p.at as u64, (end - p.at) as u64);
+        match out.last_mut() {
+            Some((lo, ll)) if *lo + *ll == o => *ll += l,
+            _ => out.push((o, l)),
+        }
+    }
+    out
+}
+
 /// Part of a read's buffers inside fixed region `slot`: `len` bytes at address `addr`, at
 /// byte `at` of the read.
 struct Piece {
@@ -110,7 +166,7 @@ struct Piece {
 /// A positional read of `fd` at `offset` into the buffers `iov` (`(address, length)`), done
 /// by `real` (which returns what the system call returns and sets `errno`).
 pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() -> isize) -> isize {
-    if offset < 0 || !mp::has_fixed() || !watching() {
+    if offset < 0 || !mp::has_fixed() || !watching_reads() {
         return real();
     }
     let Some(_guard) = ShimGuard::enter() else {
@@ -138,8 +194,9 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     let Some(image) = image_for_read(fd) else {
         return real();
     };
-    let epoch = image.read_epoch();
-    for p in &pieces {
+    let mapper = SWAP_MAPPER.load(Ordering::Acquire);
+    let epoch = image.read_epoch().filter(|_| mapper);
+    for p in pieces.iter().filter(|_| mapper) {
         if all_in_memory(p.addr, p.len) {
             continue; // nothing a read could be spared
         }
@@ -163,6 +220,12 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
                     )
                 });
             }
+        }
+    }
+    if n > 0 {
+        // The guest holds these blocks now: an exclusive host cache drops them.
+        for (o, l) in guest_ranges(&pieces, offset as u64, n as usize) {
+            image.guest_holds(o, l, l);
         }
     }
     set_errno(saved);
@@ -287,6 +350,25 @@ pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_ranges_are_clipped_to_the_read_and_merged() {
+        let piece = |at, len| Piece {
+            slot: 0,
+            addr: 0,
+            len,
+            at,
+        };
+        // Two adjacent iovecs in guest RAM, a gap (memory outside), one more.
+        let pieces = [piece(0, 4096), piece(4096, 8192), piece(16384, 4096)];
+        assert_eq!(
+            guest_ranges(&pieces, 1 << 20, 20480),
+            vec![((1 << 20), 12288), ((1 << 20) + 16384, 4096)]
+        );
+        // A short read: only what arrived.
+        assert_eq!(guest_ranges(&pieces, 0, 6000), vec![(0, 6000)]);
+        assert!(guest_ranges(&pieces, 0, 0).is_empty());
+    }
 
     #[test]
     fn fallocate_modes_that_change_bytes() {

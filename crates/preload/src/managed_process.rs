@@ -45,6 +45,8 @@ pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub static MIN_REGION: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Whether image reads into fixed regions go through the swap mapper (`--swap-mapper`).
 pub static SWAP_MAPPER: AtomicBool = AtomicBool::new(false);
+/// Whether the host cache of images read into guest RAM is exclusive (`--host-cache`).
+pub static EXCLUSIVE_HOST_CACHE: AtomicBool = AtomicBool::new(false);
 /// Whether the program is QEMU (its name starts with `qemu-system` or `qemu-kvm`): only then
 /// is an empty tmpfs file mapped shared taken for guest RAM (`memory-backend-file`). Another
 /// program's shared tmpfs file is often shared with other processes (`shm_open` segments),
@@ -272,6 +274,10 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     ARENA_END.store(start + size, Ordering::Release);
     MIN_REGION.store(config.min_region, Ordering::Release);
     SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
+    EXCLUSIVE_HOST_CACHE.store(
+        config.host_cache == memvisor_pager::HostCache::Exclusive,
+        Ordering::Release,
+    );
     PROGRAM_IS_QEMU.store(is_qemu(&program), Ordering::Release);
     let state = ManagedProcess {
         budget: config.budget,
@@ -377,6 +383,7 @@ impl ManagedProcess {
                 overrun_chunks: s.overrun_chunks,
                 page_in_p50_nanos: s.page_in_p50_nanos,
                 page_in_p99_nanos: s.page_in_p99_nanos,
+                page_in_nanos: s.page_in_nanos,
                 discards,
                 swap_full_episodes: s.swap_full_episodes,
                 swap_full_failures: s.swap_full_failures,
@@ -388,7 +395,8 @@ impl ManagedProcess {
                 image_associations_ended_by_guest: s.image_associations_ended_by_guest,
                 image_associations_ended_by_image: s.image_associations_ended_by_image,
                 refaults: RefaultStatus {
-                    bucket_bytes: curve.bucket_bytes,
+                    unit_bytes: curve.unit_bytes,
+                    sub_buckets: curve.sub_buckets,
                     refaults: curve.refaults,
                     beyond: curve.beyond,
                     evicted_bytes: curve.evicted_bytes,
@@ -424,6 +432,7 @@ impl ManagedProcess {
             unmanaged_mappings: self.unmanaged,
             regions,
             migration: crate::migration_service::status(),
+            images: crate::image_io::image_statuses(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use memvisor_control::launch_env;
-use memvisor_pager::{OnSwapFull, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE};
+use memvisor_pager::{HostCache, OnSwapFull, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE};
 use memvisor_policy::PolicySpec;
 
 use crate::preload_error::PreloadError;
@@ -43,6 +43,9 @@ pub struct PreloadConfig {
     /// Whether reads of disk images into guest RAM go through the swap mapper and the
     /// false-read preventer ([`image_io`](crate::image_io)).
     pub swap_mapper: bool,
+    /// What happens to the host page cache of disk images read into guest RAM
+    /// ([`image_io`](crate::image_io), `memvisor_pager::host_cache`).
+    pub host_cache: HostCache,
     /// Live migration destination: where to listen for a source's memory.
     pub migration_listen: Option<std::net::SocketAddr>,
     /// Live migration destination: the shared key file.
@@ -158,6 +161,14 @@ impl PreloadConfig {
                 })
             }
         };
+        let host_cache = match get(launch_env::HOST_CACHE) {
+            None => HostCache::default(),
+            Some(v) => v.parse().map_err(|reason| PreloadError::Env {
+                name: launch_env::HOST_CACHE,
+                value: v,
+                reason,
+            })?,
+        };
         let migration_listen = match get(launch_env::MIGRATION_LISTEN) {
             None => None,
             Some(v) => Some(v.trim().parse().map_err(|_| PreloadError::Env {
@@ -196,6 +207,7 @@ impl PreloadConfig {
             busy_poll,
             on_swap_full,
             swap_mapper,
+            host_cache,
             migration_listen,
             migration_key,
         }))
@@ -265,10 +277,12 @@ mod tests {
             (launch_env::BUSY_POLL_US, "100"),
             (launch_env::ON_SWAP_FULL, "fail"),
             (launch_env::SWAP_MAPPER, "off"),
+            (launch_env::HOST_CACHE, "exclusive"),
         ])
         .unwrap()
         .unwrap();
         assert!(!c.swap_mapper);
+        assert_eq!(c.host_cache, HostCache::Exclusive);
         assert_eq!(c.chunk_size, 64 << 10);
         assert_eq!(c.busy_poll, Some(std::time::Duration::from_micros(100)));
         assert_eq!(c.budget, 64 << 20);
@@ -286,6 +300,7 @@ mod tests {
         assert_eq!(c.busy_poll, Some(DEFAULT_BUSY_POLL));
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         assert!(c.swap_mapper);
+        assert_eq!(c.host_cache, HostCache::Default);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[
             (launch_env::BUDGET, "65536"),
@@ -312,6 +327,7 @@ mod tests {
             (launch_env::BUSY_POLL_US, "2000000"),
             (launch_env::CHUNK_SIZE, "134217728"),
             (launch_env::SWAP_MAPPER, "yes"),
+            (launch_env::HOST_CACHE, "on"),
         ] {
             let mut pairs = vec![(launch_env::BUDGET, "67108864")];
             pairs.retain(|p| p.0 != k);

@@ -19,7 +19,6 @@
 //! ```
 
 mod cached_page_reader;
-mod cachestat;
 mod meminfo;
 mod qemu_discovery;
 mod residency;
@@ -29,8 +28,8 @@ mod scrub_report;
 mod scrubber;
 
 pub use cached_page_reader::CachedPageReader;
-pub use cachestat::{cachestat, CacheStat};
 pub use meminfo::MemInfo;
+pub use memvisor_pager::{cachestat, CacheStat};
 pub use qemu_discovery::{
     describe_vm, discover, guest_ram, images_from_cmdline, is_qemu_exe, parse_qemu_options,
     qemu_pids, split_cmdline, Vm,

@@ -28,10 +28,10 @@ use memvisor_dedup::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cached_page_reader::CachedPageReader;
-use crate::cachestat::cachestat;
 use crate::residency::{drop_range, resident_pages};
 use crate::scrub_report::{ImageScrub, VmScrub};
 use crate::{ScrubError, Vm};
+use memvisor_pager::cachestat;
 
 /// Pages of an image read and looked up at a time.
 const CHUNK_PAGES: usize = 256;

@@ -28,9 +28,13 @@ struct Cli {
     /// Guest patterns, comma-separated (seq, random, zipf).
     #[arg(long, value_delimiter = ',')]
     patterns: Vec<String>,
-    /// Host policies, comma-separated (default, drop-all, scrub).
+    /// Host policies, comma-separated (default, drop-all, scrub, exclusive; all by default).
+    /// `exclusive` runs QEMU under `memvisor run --host-cache exclusive`.
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// The `memvisor` binary for `exclusive` runs [default: next to this program].
+    #[arg(long)]
+    memvisor: Option<PathBuf>,
     /// Seconds of the measured phase.
     #[arg(long)]
     measure_secs: Option<u64>,
@@ -69,11 +73,17 @@ fn config(cli: &Cli) -> Result<ScrubEvalConfig, BenchError> {
             .collect::<Result<_, _>>()?;
     }
     if !cli.policies.is_empty() {
+        // `exclusive` is memvisor's exact exclusive host cache (QEMU under `memvisor run`).
+        c.exclusive = cli.policies.iter().any(|p| p == "exclusive");
         c.policies = cli
             .policies
             .iter()
+            .filter(|p| p.as_str() != "exclusive")
             .map(|p| HostPolicy::parse(p))
             .collect::<Result<_, _>>()?;
+    }
+    if let Some(m) = &cli.memvisor {
+        c.memvisor = m.clone();
     }
     if let Some(s) = cli.measure_secs {
         c.measure = Duration::from_secs(s.max(1));

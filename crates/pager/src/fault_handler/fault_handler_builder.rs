@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use memvisor_policy::{EvictionPolicy, RefaultHistory};
+use memvisor_policy::{EvictionPolicy, RefaultHistory, RefaultScale};
 
 use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
@@ -15,7 +15,7 @@ use super::{FaultHandler, HandlerShared};
 use crate::memfd::Mapping;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
-use crate::refault_curve::REFAULT_BUCKETS;
+use crate::refault_curve::REFAULT_SUB_BUCKETS;
 use crate::region_config::{RegionConfig, ResolveMode};
 use crate::swap_io::SwapIo;
 use crate::userfaultfd::Userfaultfd;
@@ -101,8 +101,8 @@ impl FaultHandlerBuilder<'_> {
             pattern: AccessPattern::new(pages_per_chunk, config.page_in_unit),
             refault_history: RefaultHistory::new(
                 chunks,
-                refault_bucket_pages(region_pages),
-                REFAULT_BUCKETS,
+                refault_scale(pages_per_chunk),
+                region_pages as u64,
             ),
             page_reads: Vec::new(),
             page_reads_done: Vec::new(),
@@ -114,8 +114,9 @@ impl FaultHandlerBuilder<'_> {
     }
 }
 
-/// Pages per refault bucket for a region of `pages` pages: the region in
-/// [`REFAULT_BUCKETS`] steps (a budget larger by the region's size evicts nothing).
-pub(crate) fn refault_bucket_pages(pages: usize) -> u64 {
-    pages.div_ceil(REFAULT_BUCKETS).max(1) as u64
+/// The refault distance buckets of a region with chunks of `pages_per_chunk` pages, in
+/// pages: one chunk wide at first, [`REFAULT_SUB_BUCKETS`] per doubling (distances up to the
+/// region's size: a budget that large evicts nothing).
+pub(crate) fn refault_scale(pages_per_chunk: usize) -> RefaultScale {
+    RefaultScale::new(pages_per_chunk as u64, REFAULT_SUB_BUCKETS)
 }

@@ -252,17 +252,18 @@ impl FaultHandler {
                 add(&self.stats().bytes_read, (n * pg) as u64);
             }
             // Associated pages hold their image block (as at page-in).
-            self.read_image_pages(c, f, buf, |_| true).map_err(|e| {
-                self.migration_error(
-                    first_page - p0 + e.run.0,
-                    format!(
-                        "reading image {} at byte {:#x}: {}",
-                        e.image.path().display(),
-                        e.file_offset,
-                        e.source
-                    ),
-                )
-            })?;
+            self.read_image_pages(c, f, buf, |_| true, false)
+                .map_err(|e| {
+                    self.migration_error(
+                        first_page - p0 + e.run.0,
+                        format!(
+                            "reading image {} at byte {:#x}: {}",
+                            e.image.path().display(),
+                            e.file_offset,
+                            e.source
+                        ),
+                    )
+                })?;
             out.data[(f - p0) * pg..(f - p0 + n) * pg].copy_from_slice(buf);
         }
         for (i, z) in out.zero.iter_mut().enumerate() {

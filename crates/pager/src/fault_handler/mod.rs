@@ -45,7 +45,7 @@ mod region_memory;
 mod swap_mapper;
 
 use chunk_table::ChunkState;
-pub(crate) use fault_handler_builder::refault_bucket_pages;
+pub(crate) use fault_handler_builder::refault_scale;
 pub(crate) use fault_loop::FaultHandler;
 use fault_loop::Fill;
 pub(crate) use handler_shared::HandlerShared;

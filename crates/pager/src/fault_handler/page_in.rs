@@ -415,7 +415,7 @@ impl FaultHandler {
             }
         }
         // Pages the image holds replace what swap had for them (a stale copy, or nothing).
-        match self.read_image_pages(c, first, buf, |p| !self.chunks.is_page_resident(c, p)) {
+        match self.read_image_pages(c, first, buf, |p| !self.chunks.is_page_resident(c, p), true) {
             Ok(b) => done.image_bytes = b,
             Err(e) => {
                 let (run, e) = PageInError::image(e);
@@ -478,7 +478,7 @@ impl FaultHandler {
                         break;
                     }
                 }
-                match self.read_image_pages(c, run.0, buf, |_| true) {
+                match self.read_image_pages(c, run.0, buf, |_| true, true) {
                     Ok(b) => done.image_bytes += b,
                     Err(e) => {
                         let (run, e) = PageInError::image(e);

@@ -253,13 +253,16 @@ impl FaultHandler {
     /// Page-in: fills, in `buf` (pages `first..` of chunk `c`, `buf.len()` bytes), every page
     /// that `want` selects and that is associated with an image block, from the image
     /// (adjacent blocks in one read), each checked against its checksum. Returns how many
-    /// bytes were read.
+    /// bytes were read. `for_guest`: the pages go into guest memory (a page-in, not a
+    /// migration's read), so the guest holds the blocks again: an `exclusive` host cache
+    /// drops them ([`ImageFile::guest_holds`]).
     pub(super) fn read_image_pages(
         &self,
         c: usize,
         first: usize,
         buf: &mut [u8],
         want: impl Fn(usize) -> bool,
+        for_guest: bool,
     ) -> Result<usize, ImageReadError> {
         let pg = self.memory.page;
         let n = buf.len() / pg;
@@ -303,6 +306,9 @@ impl FaultHandler {
                         b.offset,
                     ));
                 }
+            }
+            if for_guest {
+                image.guest_holds(b0.offset, (k * pg) as u64, 0);
             }
             bytes += k * pg;
         }
@@ -361,8 +367,9 @@ impl FaultHandler {
         }
         let pg = self.memory.page;
         let start = self.chunk_range(c).0;
-        // Pages not compared with their block yet.
+        // Pages not compared with their block yet, and pages held by the image as checked.
         let mut unchecked = Vec::new();
+        let mut held_checked = Vec::new();
         for (p, fate) in fates.iter_mut().enumerate() {
             if !self.chunks.is_page_resident(c, p) {
                 continue;
@@ -382,6 +389,7 @@ impl FaultHandler {
                     add(&self.stats().dirty_tracking_misses, 1);
                 }
                 *fate = if held {
+                    held_checked.push(p);
                     ImageFate::Held
                 } else {
                     ImageFate::Released
@@ -390,12 +398,19 @@ impl FaultHandler {
             }
             unchecked.push(p);
         }
+        // The guest's copies leave memory: the image's host cache may take the blocks back
+        // (demotion; `exclusive` only).
+        for (_, k, b0) in self.block_runs(c, held_checked) {
+            if let Some(i) = self.images.image(b0.image) {
+                i.guest_released(b0.offset, (k * pg) as u64, false);
+            }
+        }
         let mut block = Vec::new();
         for (f, k, b0) in self.block_runs(c, unchecked) {
             block.resize(k * pg, 0);
-            let read = self
-                .images
-                .image(b0.image)
+            let image = self.images.image(b0.image).cloned();
+            let read = image
+                .as_ref()
                 .is_some_and(|i| i.read_exact_at(&mut block, b0.offset).is_ok());
             for p in f..f + k {
                 // SAFETY: as above.
@@ -420,6 +435,14 @@ impl FaultHandler {
                     fates[p] = ImageFate::Held;
                 } else {
                     fates[p] = ImageFate::Released;
+                }
+            }
+            // Held pages leave memory, and the check just read their blocks into the host
+            // cache: demoted without another read.
+            if let Some(i) = &image {
+                let held = (f..f + k).filter(|&p| fates[p] == ImageFate::Held);
+                for (hf, hk) in runs_of(held) {
+                    i.guest_released(b0.offset + ((hf - f) * pg) as u64, (hk * pg) as u64, true);
                 }
             }
         }
@@ -455,4 +478,16 @@ impl PageInError {
     pub(super) fn image(e: ImageReadError) -> ((usize, usize), Self) {
         (e.run, PageInError::Image(e))
     }
+}
+
+/// Runs of consecutive numbers in an ascending sequence: `(first, count)`.
+fn runs_of(items: impl IntoIterator<Item = usize>) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for p in items {
+        match runs.last_mut() {
+            Some((f, k)) if *f + *k == p => *k += 1,
+            _ => runs.push((p, 1)),
+        }
+    }
+    runs
 }
