@@ -8,11 +8,9 @@
 //! unconstrained one (the weighted speedup utility-based partitioning is judged by).
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -21,6 +19,7 @@ use crate::bench_error::BenchError;
 use crate::broker_eval_worker::WorkerKind;
 use crate::interrupt;
 use crate::kernel_swap::KernelSwapFile;
+use crate::live_guest::LiveGuest;
 use crate::managed_process::status_of;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
 use crate::results_file::create_results_dir;
@@ -116,38 +115,17 @@ pub struct VariantRun {
     pub broker_log: Vec<String>,
 }
 
-/// A started worker: its process and its timestamped output lines.
-struct Worker {
-    child: Child,
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
-}
+/// A started worker (or the broker): a [`LiveGuest`], which runs it in its own process group
+/// (killed on drop) and stamps each output line with the host time it arrived.
+struct Worker(LiveGuest);
 
 impl Worker {
-    fn spawn(mut command: Command, label: &str) -> Result<Self, BenchError> {
-        command.stdin(Stdio::null()).stdout(Stdio::piped());
-        memvisor_testvm::isolate(&mut command);
-        let mut child = command.spawn().map_err(|e| BenchError::Command {
-            command: label.to_string(),
-            detail: e.to_string(),
-        })?;
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let out = child.stdout.take().ok_or_else(|| BenchError::Command {
-            command: label.to_string(),
-            detail: "no stdout".into(),
-        })?;
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(mut v) = sink.lock() {
-                    v.push((Instant::now(), l));
-                }
-            }
-        });
-        Ok(Self { child, lines })
+    fn spawn(command: Command, label: &str) -> Result<Self, BenchError> {
+        LiveGuest::spawn(command, label).map(Self)
     }
 
     fn lines(&self) -> Vec<(Instant, String)> {
-        self.lines.lock().map(|v| v.clone()).unwrap_or_default()
+        self.0.lines().into_iter().map(|l| (l.at, l.text)).collect()
     }
 
     /// When it printed a line starting with `prefix`, if it did.
@@ -180,13 +158,6 @@ impl Worker {
         let (t1, n1) = points[after];
         let f = (at - t0).as_secs_f64() / (t1 - t0).as_secs_f64().max(1e-9);
         Some(n0 + (n1 - n0) * f)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        memvisor_testvm::kill_group(self.child.id());
-        let _ = self.child.wait();
     }
 }
 
@@ -353,7 +324,7 @@ fn run_one(
     let counters: Vec<(u64, Option<u64>)> = workers
         .iter()
         .map(|w| {
-            let pid = w.child.id();
+            let pid = w.0.pid();
             match variant {
                 BrokerVariant::Kernel => (major_faults(pid), None),
                 _ => {

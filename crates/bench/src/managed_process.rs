@@ -164,3 +164,8 @@ pub fn status_of(dir: &Path, pid: u32) -> Result<ProcessStatus, BenchError> {
         .and_then(|mut c| c.status())
         .map_err(|source| BenchError::Control { pid, source })
 }
+
+/// The default `memvisor` binary: next to this benchmark's executable.
+pub fn memvisor_next_to(exe: &Path) -> PathBuf {
+    exe.with_file_name("memvisor")
+}

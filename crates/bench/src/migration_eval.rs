@@ -419,8 +419,3 @@ fn qmp_error(command: &str, e: memvisor_qmp::QmpError) -> BenchError {
         detail: e.to_string(),
     }
 }
-
-/// The default `memvisor` binary: next to this benchmark's executable.
-pub fn memvisor_next_to(exe: &Path) -> PathBuf {
-    exe.with_file_name("memvisor")
-}

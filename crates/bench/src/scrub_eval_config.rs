@@ -61,7 +61,7 @@ impl ScrubEvalConfig {
             policies: HostPolicy::ALL.to_vec(),
             exclusive: true,
             memvisor: std::env::current_exe()
-                .map(|e| crate::vswapper_eval::memvisor_next_to(&e))
+                .map(|e| crate::managed_process::memvisor_next_to(&e))
                 .unwrap_or_else(|_| PathBuf::from("memvisor")),
             drop_period: Duration::from_secs(5),
             control: ScrubControlConfig::default(),

@@ -535,11 +535,6 @@ pub fn vswapper_csv(runs: &[EvalRun]) -> String {
     s
 }
 
-/// The default `memvisor` binary: next to this benchmark's executable.
-pub fn memvisor_next_to(exe: &Path) -> PathBuf {
-    exe.with_file_name("memvisor")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,8 @@ pub struct BrokerOptions {
 #[derive(Debug)]
 struct Tracked {
     label: String,
+    /// The control directory its socket is in.
+    dir: PathBuf,
     started_unix_ms: u64,
     /// The snapshot the next curve is measured from.
     since: (ProcessStatus, Instant),
@@ -102,17 +104,6 @@ impl Broker {
     /// The Prometheus text of the last decision, as a metrics server renders it.
     pub fn metrics(&self) -> Arc<Mutex<String>> {
         self.metrics.clone()
-    }
-
-    /// The processes followed now: pid, label, budget, whether silent.
-    pub fn processes(&self) -> Vec<(u32, String, u64, bool)> {
-        let mut v: Vec<_> = self
-            .tracked
-            .iter()
-            .map(|(&pid, t)| (pid, t.label.clone(), t.budget, t.silent))
-            .collect();
-        v.sort_by_key(|p| p.0);
-        v
     }
 
     /// One decision: look, measure, divide, set.
@@ -169,14 +160,14 @@ impl Broker {
             for pid in pids {
                 match ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
                     Ok(status) => {
-                        self.observe(pid, &status, round);
+                        self.observe(&dir, pid, &status, round);
                         answered.push((pid, status));
                     }
                     // Gone (its socket removed, or stale): dropped below.
                     Err(ControlError::NoSuchProcess { .. } | ControlError::StaleSocket { .. }) => {
                         continue
                     }
-                    Err(e) => self.silent(pid, &e, round),
+                    Err(e) => self.silent(&dir, pid, &e, round),
                 }
                 seen.push(pid);
             }
@@ -206,11 +197,12 @@ impl Broker {
     }
 
     /// Records a status: a new process, or a new curve for a known one.
-    fn observe(&mut self, pid: u32, status: &ProcessStatus, round: &mut Round) {
+    fn observe(&mut self, dir: &Path, pid: u32, status: &ProcessStatus, round: &mut Round) {
         let now = Instant::now();
         let step = self.options.limits.step;
         match self.tracked.get_mut(&pid) {
             Some(t) if t.started_unix_ms == status.started_unix_ms => {
+                t.dir = dir.to_path_buf();
                 if t.silent {
                     round
                         .lines
@@ -261,6 +253,7 @@ impl Broker {
                     pid,
                     Tracked {
                         label,
+                        dir: dir.to_path_buf(),
                         started_unix_ms: status.started_unix_ms,
                         since: (status.clone(), now),
                         curve: None,
@@ -275,7 +268,7 @@ impl Broker {
     }
 
     /// A process did not answer: a known one's budget stays reserved.
-    fn silent(&mut self, pid: u32, e: &ControlError, round: &mut Round) {
+    fn silent(&mut self, dir: &Path, pid: u32, e: &ControlError, round: &mut Round) {
         match self.tracked.entry(pid) {
             Entry::Vacant(v) => {
                 // Never seen answering (the broker started while it was stopped): its budget
@@ -285,6 +278,7 @@ impl Broker {
                 ));
                 v.insert(Tracked {
                     label: "?".into(),
+                    dir: dir.to_path_buf(),
                     started_unix_ms: 0,
                     since: (ProcessStatus::default(), Instant::now()),
                     curve: None,
@@ -411,12 +405,9 @@ impl Broker {
             chunk_bytes: chunk,
         };
         rules.check_budget(bytes)?;
-        let dir = match &self.dirs {
-            Some(d) => d
-                .iter()
-                .find(|d| socket_dir::socket_path(d, pid).exists())
-                .cloned()
-                .unwrap_or_else(|| d[0].clone()),
+        // Where its status came from this round (only processes that answered get a budget).
+        let dir = match self.tracked.get(&pid) {
+            Some(t) => t.dir.clone(),
             None => socket_dir::find_socket_dir(pid),
         };
         ControlClient::connect(&dir, pid)?.set(Some(bytes), None)?;

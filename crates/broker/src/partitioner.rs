@@ -541,6 +541,12 @@ mod tests {
         UtilityCurve::from_points(16 * M, &points, saved)
     }
 
+    /// Each 16 MiB step saves less than the one before (40 * sqrt(steps)).
+    fn concave() -> UtilityCurve {
+        let points: Vec<f64> = (1..=64).map(|k| 40.0 * (k as f64).sqrt()).collect();
+        UtilityCurve::from_points(16 * M, &points, 400.0)
+    }
+
     fn budgets(a: &[Allocation]) -> Vec<u64> {
         a.iter().map(|a| a.to / M).collect()
     }
@@ -700,16 +706,9 @@ mod tests {
     fn a_concave_curve_gets_memory_in_moves_of_the_hysteresis() {
         // Each 16 MiB step saves less than the one before: the best step is the first, half
         // the 32 MiB hysteresis; the idle one gives at least the hysteresis.
-        let concave = UtilityCurve::from_points(
-            16 * M,
-            &(1..=64)
-                .map(|k| 40.0 * (k as f64).sqrt())
-                .collect::<Vec<_>>(),
-            400.0,
-        );
         let cs = vec![
             claimant(1, 512 * M, Some(knee(0.0, 0))),
-            claimant(2, 512 * M, Some(concave)),
+            claimant(2, 512 * M, Some(concave())),
         ];
         let mut l = limits(1024 * M);
         l.max_move = 32 * M;
@@ -721,17 +720,10 @@ mod tests {
     fn the_donor_must_be_able_to_give_the_hysteresis() {
         // Two donors lose nothing; the first can give only 16 MiB (less than the hysteresis),
         // the second 96 MiB: the second gives.
-        let concave = UtilityCurve::from_points(
-            16 * M,
-            &(1..=64)
-                .map(|k| 40.0 * (k as f64).sqrt())
-                .collect::<Vec<_>>(),
-            400.0,
-        );
         let cs = vec![
             claimant(1, 80 * M, Some(knee(0.0, 0))),
             claimant(2, 160 * M, Some(knee(0.0, 0))),
-            claimant(3, 160 * M, Some(concave)),
+            claimant(3, 160 * M, Some(concave())),
         ];
         let mut l = limits(400 * M);
         l.max_move = 32 * M;

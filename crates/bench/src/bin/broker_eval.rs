@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use memvisor_bench::broker_eval::{broker_eval, broker_markdown, BrokerEvalConfig};
 use memvisor_bench::broker_eval_worker::{run_worker, WorkerKind};
-use memvisor_bench::migration_eval::memvisor_next_to;
+use memvisor_bench::managed_process::memvisor_next_to;
 use memvisor_bench::results_file::{create_results_dir, write_results_file};
 use memvisor_bench::{interrupt, BenchError};
 use memvisor_control::ByteSize;

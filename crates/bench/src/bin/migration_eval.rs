@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use memvisor_bench::migration_eval::{memvisor_next_to, migration_eval};
+use memvisor_bench::managed_process::memvisor_next_to;
+use memvisor_bench::migration_eval::migration_eval;
 use memvisor_bench::migration_eval_config::{MigrationCase, MigrationEvalConfig, MigrationVariant};
 use memvisor_bench::migration_eval_report::{migration_json, migration_markdown};
 use memvisor_bench::migration_run::MigrationRun;

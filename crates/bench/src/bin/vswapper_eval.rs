@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use memvisor_bench::managed_process::memvisor_next_to;
 use memvisor_bench::results_file::{create_results_dir, write_results_file};
 use memvisor_bench::vswapper_eval::{
-    memvisor_next_to, vswapper_csv, vswapper_eval, vswapper_markdown, EvalCase, EvalVariant,
-    VswapperEvalConfig,
+    vswapper_csv, vswapper_eval, vswapper_markdown, EvalCase, EvalVariant, VswapperEvalConfig,
 };
 use memvisor_bench::BenchError;
 use memvisor_testvm::GuestImage;
