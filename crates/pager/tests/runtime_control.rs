@@ -1,6 +1,6 @@
 //! Run-time control of a live region: budget and policy changes, discarding ranges (and
-//! recovering poisoned chunks that way), placing a region at a fixed address, and adopting a
-//! memfd created by someone else (as a VMM creates its guest RAM).
+//! recovering poisoned chunks that way), and adopting a memfd created by someone else (as a VMM
+//! creates its guest RAM). Placing a region at a fixed address is in `fixed_address.rs`.
 
 mod common;
 
@@ -259,69 +259,6 @@ fn verify_others(r: &Region, chunk: usize) {
         read(r, c * chunk, &mut got);
         assert!(got == want, "chunk {c}");
     }
-}
-
-#[test]
-fn region_at_a_fixed_address_replaces_a_reservation() {
-    if !supported() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let chunk = 4 * page_size();
-    let len = 6 * chunk;
-    // Reserve address space the way VMMs do (PROT_NONE), then put the region there.
-    // SAFETY: a fresh PROT_NONE mapping at a kernel-chosen address.
-    let res = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(res, libc::MAP_FAILED);
-    let addr = res as usize;
-    // SAFETY: the reservation above is ours and unused.
-    let cfg = unsafe {
-        RegionConfig::new(len, 2 * chunk, dir.path())
-            .chunk_size(chunk)
-            .log_errors(false)
-            .address(addr)
-    };
-    let r = Region::new(cfg).unwrap();
-    assert_eq!(r.as_ptr() as usize, addr);
-    fill_all(&r);
-    verify(&r, &[]);
-    assert!(r.stats().page_outs > 0);
-    drop(r);
-    // SAFETY: the region's drop unmapped the range; mapping it again at a kernel-chosen
-    // address is harmless. MAP_FIXED_NOREPLACE succeeds only if nothing is mapped there.
-    let again = unsafe {
-        libc::mmap(
-            res,
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    assert_eq!(again, res, "the region's range was not unmapped on drop");
-    // SAFETY: unmapping the probe mapping made just above.
-    unsafe { libc::munmap(again, len) };
-
-    let e = Region::new(
-        // SAFETY: an unaligned address is refused before anything is mapped.
-        unsafe {
-            RegionConfig::new(len, chunk, dir.path())
-                .chunk_size(chunk)
-                .address(addr + 1)
-        },
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("not page-aligned"), "{e}");
 }
 
 fn memfd(name: &str) -> OwnedFd {
