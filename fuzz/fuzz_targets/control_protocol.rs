@@ -23,6 +23,17 @@ fuzz_target!(|data: &[u8]| {
             };
             let _ = rules.check(*budget_bytes, policy.as_deref());
         }
+        if let Request::SetImageCache {
+            limit_bytes: Some(bytes),
+            ..
+        } = &r
+        {
+            let rules = SetRules {
+                host_ram_bytes: 1 << 30,
+                chunk_bytes: 1 << 20,
+            };
+            let _ = rules.check_image_cache(*bytes);
+        }
     }
     let _ = ProcessState::from_stat_line(data);
     if let Ok(r) = decode_response(data) {

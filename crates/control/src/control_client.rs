@@ -85,6 +85,7 @@ impl ControlClient {
         let (timeout, action, note, stopped_late) = match request {
             Request::Status => (STATUS_TIMEOUT, "", "", ""),
             Request::Set { .. }
+            | Request::SetImageCache { .. }
             | Request::Migrate { .. }
             | Request::MigrateFinish
             | Request::MigrateCancel => (
@@ -167,6 +168,16 @@ impl ControlClient {
             budget_bytes,
             policy,
         })
+    }
+
+    /// Sets (`Some`) or lifts (`None`) the limit on the host cache of `image` (every image if
+    /// `None`); returns the new status.
+    pub fn set_image_cache(
+        &mut self,
+        limit_bytes: Option<u64>,
+        image: Option<String>,
+    ) -> Result<ProcessStatus, ControlError> {
+        self.request(&Request::SetImageCache { limit_bytes, image })
     }
 }
 

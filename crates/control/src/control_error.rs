@@ -136,6 +136,15 @@ pub enum ControlError {
         reason: String,
     },
 
+    /// An image cache limit is refused.
+    #[error("image cache limit {reason}")]
+    ImageCache {
+        /// The limit asked for, in bytes.
+        bytes: u64,
+        /// Why it is refused, starting with the limit (`4K is less than 1M`).
+        reason: String,
+    },
+
     /// A policy spec is refused.
     #[error("policy '{spec}': {reason}")]
     Policy {

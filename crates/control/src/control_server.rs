@@ -39,6 +39,14 @@ pub trait ControlHandler: Send + Sync {
     /// Applies a new budget and/or policy, already checked with [`SetRules`] (host RAM, the
     /// chunk size of [`status`](Self::status), a live policy); `Err` is a one-line reason.
     fn set(&self, budget_bytes: Option<u64>, policy: Option<&str>) -> Result<(), String>;
+    /// Sets (`Some`) or lifts (`None`) the limit on the host cache of the image with path
+    /// `image` as the status shows it, or of every image (`None`, also those found later);
+    /// a limit already checked with [`SetRules::check_image_cache`]. Processes without images
+    /// refuse.
+    fn set_image_cache(&self, image: Option<&str>, limit_bytes: Option<u64>) -> Result<(), String> {
+        let _ = (image, limit_bytes);
+        Err("this process does not manage disk images".into())
+    }
     /// Starts, finishes or cancels a live migration (a start already checked with
     /// [`MigrateRules`]); `Err` is a one-line reason. Processes that cannot migrate refuse.
     fn migrate(&self, command: MigrateCommand) -> Result<(), String> {
@@ -179,6 +187,18 @@ fn respond_to(request: Result<Request, ControlError>, handler: &dyn ControlHandl
                 return Response::error(e.to_string());
             }
             match handler.set(budget_bytes, policy.as_deref()) {
+                Ok(()) => Response::status(handler.status()),
+                Err(e) => Response::error(e),
+            }
+        }
+        Ok(Request::SetImageCache { limit_bytes, image }) => {
+            if let Some(bytes) = limit_bytes {
+                if let Err(e) = set_rules(handler).and_then(|rules| rules.check_image_cache(bytes))
+                {
+                    return Response::error(e.to_string());
+                }
+            }
+            match handler.set_image_cache(image.as_deref(), limit_bytes) {
                 Ok(()) => Response::status(handler.status()),
                 Err(e) => Response::error(e),
             }

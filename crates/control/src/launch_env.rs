@@ -29,6 +29,10 @@ pub const SWAP_MAPPER: &str = "MEMVISOR_SWAP_MAPPER";
 /// guest RAM: `default` (nothing) or `exclusive` (blocks the guest holds are dropped, let back
 /// in when memvisor evicts them); checked by `memvisor_pager::HostCache`'s parser.
 pub const HOST_CACHE: &str = "MEMVISOR_HOST_CACHE";
+/// Limit on the host page cache of each disk image the program reads into guest RAM, in bytes
+/// (`memvisor run --image-cache`; absent: no limit); checked by
+/// [`SetRules::check_image_cache`](crate::SetRules::check_image_cache).
+pub const IMAGE_CACHE: &str = "MEMVISOR_IMAGE_CACHE";
 /// Live migration destination: the `IP:PORT` the process listens on for a source's memory
 /// (`memvisor run --migration-listen`).
 pub const MIGRATION_LISTEN: &str = "MEMVISOR_MIGRATION_LISTEN";
@@ -39,7 +43,7 @@ pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -53,6 +57,7 @@ pub const ALL: [&str; 15] = [
     ON_SWAP_FULL,
     SWAP_MAPPER,
     HOST_CACHE,
+    IMAGE_CACHE,
     MIGRATION_LISTEN,
     MIGRATION_KEY,
 ];

@@ -56,4 +56,4 @@ pub use peer_credentials::PeerCredentials;
 pub use process_state::ProcessState;
 pub use process_status::{ImageStatus, ProcessStatus, RefaultStatus, RegionStatus};
 pub use protocol::{Request, Response, PROTOCOL_VERSION};
-pub use set_rules::SetRules;
+pub use set_rules::{SetRules, MIN_IMAGE_CACHE_BYTES};

@@ -58,6 +58,31 @@ pub struct ImageStatus {
     pub host_cache_demoted_bytes: u64,
     /// Failed drops or demotions (`cachestat`, `posix_fadvise`).
     pub host_cache_errors: u64,
+    /// The limit on the image's host cache (`memvisor run --image-cache`, `memvisor set
+    /// --image-cache`); `None`: no limit.
+    pub cache_limit_bytes: Option<u64>,
+    /// Bytes the limit's CAR model holds (what the host cache should hold).
+    pub cache_model_bytes: u64,
+    /// Block accesses of the image the model found in it (cumulative, since the limit was
+    /// set).
+    pub cache_hits: u64,
+    /// Block accesses it did not.
+    pub cache_misses: u64,
+    /// Bytes dropped from the host cache because the model evicted them.
+    pub cache_evicted_dropped_bytes: u64,
+    /// Bytes dropped because the host cache held them and the model did not (reconciliation).
+    pub cache_reconciled_bytes: u64,
+    /// Bytes of victims kept because they were dirty or under writeback (at each try).
+    pub cache_kept_dirty_bytes: u64,
+    /// Nanoseconds the program spent in reads of the image that missed in the model, and
+    /// [`cache_timed_misses`](Self::cache_timed_misses) the block misses of those reads: their
+    /// ratio is what one miss costs (what the broker weighs the curve with).
+    pub cache_miss_read_nanos: u64,
+    /// Block misses of the timed reads.
+    pub cache_timed_misses: u64,
+    /// The image cache's curve: misses a larger limit would have saved, by distance (in
+    /// bytes of the model's blocks).
+    pub cache_refaults: RefaultStatus,
 }
 
 /// One managed region's state and counters.

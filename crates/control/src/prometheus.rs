@@ -213,6 +213,42 @@ const IMAGE_FAMILIES: &[ImageFamily] = &[
         value: |i| i.host_cache_demoted_bytes,
     },
     ImageFamily {
+        name: "memvisor_image_cache_limit_bytes",
+        kind: "gauge",
+        help: "Limit on the image's host page cache (0: none).",
+        value: |i| i.cache_limit_bytes.unwrap_or(0),
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_model_bytes",
+        kind: "gauge",
+        help: "Bytes the image cache's CAR model holds under the limit.",
+        value: |i| i.cache_model_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_hits_total",
+        kind: "counter",
+        help: "Block accesses of the image found in its cache model.",
+        value: |i| i.cache_hits,
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_misses_total",
+        kind: "counter",
+        help: "Block accesses of the image not found in its cache model.",
+        value: |i| i.cache_misses,
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_evicted_dropped_bytes_total",
+        kind: "counter",
+        help: "Bytes dropped from the host page cache because the image cache model evicted them.",
+        value: |i| i.cache_evicted_dropped_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_reconciled_bytes_total",
+        kind: "counter",
+        help: "Bytes dropped from the host page cache because the model did not hold them (reconciliation with cachestat).",
+        value: |i| i.cache_reconciled_bytes,
+    },
+    ImageFamily {
         name: "memvisor_image_host_cache_errors_total",
         kind: "counter",
         help: "Failed host-cache drops or demotions.",

@@ -9,6 +9,7 @@
 //! -> {"v":1,"op":"status"}
 //! <- {"v":1,"ok":true,"status":{"pid":4242,...}}
 //! -> {"v":1,"op":"set","budget_bytes":268435456,"policy":"clock"}
+//! -> {"v":1,"op":"set_image_cache","limit_bytes":67108864}
 //! <- {"v":1,"ok":false,"error":"policy 'xyz': unknown policy"}
 //! <- {"v":1,"ok":false,"busy":true,"error":"8 connections already open; try again"}
 //! ```
@@ -44,6 +45,18 @@ pub enum Request {
         /// New policy spec (`memvisor sim` syntax).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<String>,
+    },
+    /// Set or lift the limit on the host page cache of the process's disk images (checked
+    /// with [`SetRules::check_image_cache`](crate::SetRules::check_image_cache)); answered
+    /// with the new status.
+    SetImageCache {
+        /// The limit in bytes; absent: no limit (the kernel's cache as for any file).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit_bytes: Option<u64>,
+        /// The image's path as the status shows it; absent: every image, and those found
+        /// later.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<String>,
     },
     /// Start a live migration of the process's guest memory to a destination process
     /// listening at `to` (checked with [`MigrateRules`](crate::MigrateRules)); answered with

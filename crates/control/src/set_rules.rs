@@ -6,6 +6,10 @@ use memvisor_policy::PolicySpec;
 use crate::byte_size::format_bytes;
 use crate::control_error::ControlError;
 
+/// The smallest limit on an image's host cache: 1 MiB (below it, every access would drop a
+/// block it just read).
+pub const MIN_IMAGE_CACHE_BYTES: u64 = 1 << 20;
+
 /// The limits a budget and policy are checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SetRules {
@@ -31,6 +35,26 @@ impl SetRules {
                 "{} is less than one chunk ({})",
                 format_bytes(bytes),
                 format_bytes(self.chunk_bytes.max(1))
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses an image cache limit above host RAM or below [`MIN_IMAGE_CACHE_BYTES`].
+    pub fn check_image_cache(&self, bytes: u64) -> Result<(), ControlError> {
+        let refuse = |reason: String| Err(ControlError::ImageCache { bytes, reason });
+        if bytes > self.host_ram_bytes {
+            return refuse(format!(
+                "{} is more than this host's RAM ({})",
+                format_bytes(bytes),
+                format_bytes(self.host_ram_bytes)
+            ));
+        }
+        if bytes < MIN_IMAGE_CACHE_BYTES {
+            return refuse(format!(
+                "{} is less than {}",
+                format_bytes(bytes),
+                format_bytes(MIN_IMAGE_CACHE_BYTES)
             ));
         }
         Ok(())
@@ -103,5 +127,19 @@ mod tests {
         assert!(rules.check_policy("opt").is_err());
         assert!(rules.check(Some(1 << 20), Some("lru")).is_ok());
         assert!(rules.check(Some(1), None).is_err());
+    }
+
+    #[test]
+    fn image_cache_limits_between_one_mib_and_host_ram() {
+        let rules = SetRules {
+            host_ram_bytes: 1 << 30,
+            chunk_bytes: 1 << 20,
+        };
+        assert!(rules.check_image_cache(1 << 20).is_ok());
+        assert!(rules.check_image_cache(1 << 30).is_ok());
+        let e = rules.check_image_cache(4096).unwrap_err().to_string();
+        assert_eq!(e, "image cache limit 4K is less than 1M");
+        let e = rules.check_image_cache(2 << 30).unwrap_err().to_string();
+        assert!(e.contains("more than this host's RAM (1G)"), "{e}");
     }
 }

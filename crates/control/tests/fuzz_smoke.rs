@@ -38,6 +38,10 @@ const TOKENS: &[&[u8]] = &[
     b"\"refaults\"",
     b"\"unit_bytes\"",
     b"\"sub_buckets\"",
+    b"\"set_image_cache\"",
+    b"\"limit_bytes\"",
+    b"\"image\"",
+    b"\"cache_refaults\"",
     b"\"ok\"",
     b"true",
     b"false",
@@ -53,6 +57,7 @@ fn seeds() -> Vec<Vec<u8>> {
         pid: 1,
         program: "p".into(),
         regions: vec![RegionStatus::default()],
+        images: vec![memvisor_control::ImageStatus::default()],
         ..Default::default()
     };
     vec![
@@ -60,6 +65,10 @@ fn seeds() -> Vec<Vec<u8>> {
         encode_request(&Request::Set {
             budget_bytes: Some(1 << 30),
             policy: Some("clock".into()),
+        }),
+        encode_request(&Request::SetImageCache {
+            limit_bytes: Some(64 << 20),
+            image: Some("/var/lib/disk.img".into()),
         }),
         encode_response(&Response::status(status)),
         encode_response(&Response::error("x")),
@@ -164,6 +173,17 @@ fn decoders_never_panic_and_round_trip() {
                     chunk_bytes: 1 << 20,
                 };
                 let _ = rules.check(*budget_bytes, policy.as_deref());
+            }
+            if let Request::SetImageCache {
+                limit_bytes: Some(bytes),
+                ..
+            } = &r
+            {
+                let rules = SetRules {
+                    host_ram_bytes: 1 << 30,
+                    chunk_bytes: 1 << 20,
+                };
+                let _ = rules.check_image_cache(*bytes);
             }
         }
         let _ = ProcessState::from_stat_line(&data);

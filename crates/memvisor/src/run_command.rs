@@ -67,6 +67,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE", default_value = "default",
           value_parser = clap::builder::PossibleValuesParser::new(memvisor_pager::HostCache::NAMES))]
     host_cache: String,
+    /// Limit on the host page cache of each disk image QEMU reads into guest RAM: bytes
+    /// (64M) or a percentage of host RAM, at least 1M. A CAR model of the image's reads and
+    /// writes decides what stays; its victims leave the host cache at once (never a dirty
+    /// page: its writeback is started and the drop retried), and whatever else the kernel
+    /// caches of the image is dropped when the cache exceeds the limit by an eighth. The
+    /// model's curve (`memvisor stat --json`) tells what a larger limit would save. Default:
+    /// no limit. `memvisor set --image-cache` changes it while the program runs.
+    #[arg(long, value_name = "SIZE|PCT")]
+    image_cache: Option<String>,
     /// Smallest anonymous mapping that is managed.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     min_region: String,
@@ -241,6 +250,8 @@ struct Plan {
     migration_in: Option<(std::net::SocketAddr, PathBuf)>,
     /// `--host-cache`, checked by the parser the library uses.
     host_cache: memvisor_pager::HostCache,
+    /// `--image-cache`, in bytes.
+    image_cache: Option<u64>,
 }
 
 fn plan(args: &RunArgs) -> Result<Plan, RunError> {
@@ -295,6 +306,23 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
                 other => other.to_string(),
             },
         })?;
+    let image_cache = match &args.image_cache {
+        None => None,
+        Some(text) => {
+            let bytes = parse_size("image-cache", text)?.resolve(ram);
+            rules
+                .check_image_cache(bytes)
+                .map_err(|e| RunError::Value {
+                    arg: "image-cache",
+                    given: text.clone(),
+                    reason: match e {
+                        ControlError::ImageCache { reason, .. } => reason,
+                        other => other.to_string(),
+                    },
+                })?;
+            Some(bytes)
+        }
+    };
     let min_region = parse_size("min-region", &args.min_region)?.resolve(ram);
     if min_region < 4096 {
         return Err(RunError::Value {
@@ -360,6 +388,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         control_dir,
         migration_in,
         host_cache,
+        image_cache,
     })
 }
 
@@ -459,6 +488,10 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
     if args.manage_children {
         cmd.env(launch_env::MANAGE_CHILDREN, "1");
     }
+    match plan.image_cache {
+        Some(bytes) => cmd.env(launch_env::IMAGE_CACHE, bytes.to_string()),
+        None => cmd.env_remove(launch_env::IMAGE_CACHE),
+    };
     if let Some((addr, key)) = &plan.migration_in {
         cmd.env(launch_env::MIGRATION_LISTEN, addr.to_string())
             .env(launch_env::MIGRATION_KEY, key);

@@ -7,7 +7,7 @@ use crate::host_memory::mem_total_bytes;
 
 /// Arguments of `memvisor set`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("change").required(true).multiple(true).args(["budget", "policy"]))]
+#[command(group = clap::ArgGroup::new("change").required(true).multiple(true).args(["budget", "policy", "image_cache"]))]
 pub struct SetArgs {
     /// Process id of a program started by `memvisor run`.
     pid: u32,
@@ -17,6 +17,14 @@ pub struct SetArgs {
     /// New eviction policy.
     #[arg(long, value_name = "P")]
     policy: Option<String>,
+    /// New limit on the host page cache of the process's disk images (`memvisor run
+    /// --image-cache`): bytes (64M), a percentage of host RAM, or `none` to lift it. Applies
+    /// to every image and those found later, or to `--image` only.
+    #[arg(long, value_name = "SIZE|PCT|none")]
+    image_cache: Option<String>,
+    /// The image `--image-cache` applies to, by its path as `memvisor stat --json` shows it.
+    #[arg(long, value_name = "PATH", requires = "image_cache")]
+    image: Option<String>,
 }
 
 /// Checks the change with the process's [`SetRules`] (the server checks again), applies it
@@ -27,6 +35,13 @@ pub fn run(args: SetArgs) -> Result<(), ControlError> {
         Some(text) => Some(ByteSize::parse(text)?.resolve(ram)),
         None => None,
     };
+    // `Some(None)`: lift the limit.
+    let image_cache = match args.image_cache.as_deref().map(str::trim) {
+        None => None,
+        Some("none") => Some(None),
+        Some(text) => Some(Some(ByteSize::parse(text)?.resolve(ram))),
+    };
+
     let dir = socket_dir::find_socket_dir(args.pid);
     let connected = ControlClient::connect(&dir, args.pid).and_then(|mut client| {
         let status = client.status()?;
@@ -48,12 +63,29 @@ pub fn run(args: SetArgs) -> Result<(), ControlError> {
         chunk_bytes,
     };
     rules.check(budget, args.policy.as_deref())?;
-    let s = client.set(budget, args.policy.clone())?;
-    println!(
-        "pid {}: budget {}, policy {}",
-        s.pid,
-        format_bytes(s.budget_bytes),
-        s.policy
-    );
+    if let Some(Some(bytes)) = image_cache {
+        rules.check_image_cache(bytes)?;
+    }
+    if budget.is_some() || args.policy.is_some() {
+        let s = client.set(budget, args.policy.clone())?;
+        println!(
+            "pid {}: budget {}, policy {}",
+            s.pid,
+            format_bytes(s.budget_bytes),
+            s.policy
+        );
+    }
+    if let Some(limit) = image_cache {
+        let s = client.set_image_cache(limit, args.image.clone())?;
+        let limit = limit.map_or("none".to_string(), format_bytes);
+        match &args.image {
+            Some(path) => println!("pid {}: image cache of {path}: limit {limit}", s.pid),
+            None => println!(
+                "pid {}: image cache limit {limit} for every image ({} now)",
+                s.pid,
+                s.images.len()
+            ),
+        }
+    }
     Ok(())
 }

@@ -20,12 +20,13 @@
 //! neither write nor owns) nothing is dropped, with one message per image.
 
 use std::io;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use crate::cachestat::CacheStat;
+use crate::image_cache_limit::{CacheLimit, CacheLimitStats};
+use crate::page_cache_calls::{cachestat, drop_clean, fadvise, page, DropOutcome};
 
 /// What memvisor does with the host page cache of the images a program reads into guest RAM.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,29 +81,11 @@ impl std::fmt::Display for HostCache {
     }
 }
 
-/// `cachestat(2)` of `[off, off + len)` of the descriptor `fd` of the read being handled.
-fn cachestat(fd: RawFd, off: u64, len: u64) -> io::Result<CacheStat> {
-    // SAFETY: `fd` is the descriptor of the program's read this library is handling (or of an
-    // image it keeps open): open for the whole call, which does not keep it.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    crate::cachestat::cachestat(fd, off, len)
-}
-
-/// `posix_fadvise(fd, off, len, advice)`.
-fn fadvise(fd: RawFd, off: u64, len: u64, advice: libc::c_int) -> io::Result<()> {
-    // SAFETY: plain system call on a descriptor; no memory is passed.
-    let r = unsafe { libc::posix_fadvise(fd, off as libc::off_t, len as libc::off_t, advice) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    Ok(())
-}
-
 /// Ranges whose drop left clean pages behind, kept per image for merging.
 const MAX_PENDING: usize = 64;
 
 /// Counters of one image's host cache (cumulative bytes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostCacheStats {
     /// The mode.
     pub mode: HostCache,
@@ -118,6 +101,8 @@ pub struct HostCacheStats {
     pub errors: u64,
     /// Bytes of the image in the host page cache now (`cachestat(2)`; `None` if refused).
     pub cached_bytes: Option<u64>,
+    /// The cache limit's counters and model.
+    pub limit: CacheLimitStats,
 }
 
 /// One image's host-cache state: mode, counters, and ranges left for merging.
@@ -134,10 +119,8 @@ pub struct ImageHostCache {
     /// Page-aligned ranges the guest holds whose drop left clean pages (a folio straddling
     /// an end), oldest first.
     pending: Mutex<Vec<(u64, u64)>>,
-}
-
-fn page() -> u64 {
-    crate::page_size() as u64
+    /// The limit on the image's host cache, if set.
+    limit: CacheLimit,
 }
 
 impl ImageHostCache {
@@ -173,10 +156,20 @@ impl ImageHostCache {
     /// The guest now holds bytes `[off, off + len)` of the image (`fd`, `path` for messages):
     /// in `exclusive` mode, drops the whole pages of the range from the host cache, keeping
     /// dirty and writeback pages.
-    pub fn guest_holds(&self, fd: RawFd, path: &std::path::Path, off: u64, len: u64) {
+    pub fn guest_holds(
+        &self,
+        fd: RawFd,
+        path: &std::path::Path,
+        off: u64,
+        len: u64,
+        read_nanos: u64,
+    ) {
         if self.mode() != HostCache::Exclusive {
+            // The read went through the host cache.
+            self.accessed(fd, path, off, len, read_nanos);
             return;
         }
+        self.limit.removed(off, len);
         let pg = page();
         let (mut s, mut e) = (off.next_multiple_of(pg), off.saturating_add(len) / pg * pg);
         if e <= s {
@@ -203,28 +196,15 @@ impl ImageHostCache {
     /// Drops the clean pages of `[s, s + len)` (page-aligned); returns how many clean pages
     /// stayed cached (folios straddling the ends).
     fn drop_clean(&self, fd: RawFd, s: u64, len: u64) -> Result<u64, (&'static str, io::Error)> {
+        let mut out = DropOutcome::default();
+        drop_clean(fd, s, len, &mut out)?;
         let pg = page();
-        let before = cachestat(fd, s, len).map_err(|e| ("cachestat(2)", e))?;
-        if before.nr_cache == 0 {
-            return Ok(0);
-        }
-        if before.unclean() == 0 {
-            fadvise(fd, s, len, libc::POSIX_FADV_DONTNEED)
-                .map_err(|e| ("posix_fadvise(DONTNEED)", e))?;
-            let after = cachestat(fd, s, len).map_err(|e| ("cachestat(2)", e))?;
-            self.dropped_bytes.fetch_add(
-                before.nr_cache.saturating_sub(after.nr_cache) * pg,
-                Ordering::Relaxed,
-            );
-            return Ok(after.nr_cache.saturating_sub(after.unclean()));
-        }
-        if len <= pg {
-            self.kept_unclean_bytes.fetch_add(pg, Ordering::Relaxed);
-            return Ok(0);
-        }
-        // Split around the unclean pages: halves, page-aligned.
-        let half = (len / pg).div_ceil(2) * pg;
-        Ok(self.drop_clean(fd, s, half)? + self.drop_clean(fd, s + half, len - half)?)
+        self.dropped_bytes
+            .fetch_add(out.dropped_pages * pg, Ordering::Relaxed);
+        let unclean: u64 = out.unclean.iter().map(|r| r.1).sum();
+        self.kept_unclean_bytes
+            .fetch_add(unclean, Ordering::Relaxed);
+        Ok(out.left_clean_pages)
     }
 
     /// memvisor evicted the guest's copy of bytes `[off, off + len)` (the image holds it): in
@@ -267,6 +247,31 @@ impl ImageHostCache {
             }
         }
         self.demoted_bytes.fetch_add(len, Ordering::Relaxed);
+        // Back in the host cache: the limit's model takes it in (and may evict for it).
+        self.accessed(fd, path, off, len, 0);
+    }
+
+    /// The program read or wrote bytes `[off, off + len)` of the image through the host cache
+    /// (other than a read into guest RAM in `exclusive` mode): the cache limit's model, if a
+    /// limit is set, takes them in and its victims leave the host cache. `read_nanos`: the
+    /// read's duration (0: a write or untimed).
+    pub fn accessed(&self, fd: RawFd, path: &std::path::Path, off: u64, len: u64, read_nanos: u64) {
+        if let Err((what, e)) = self.limit.accessed(fd, off, len, read_nanos) {
+            self.warn_once(path, what, &e);
+        }
+    }
+
+    /// Sets (`Some`) or lifts (`None`) the limit on the image's host cache; `file_len` sizes
+    /// the model's blocks. A smaller limit drops the excess at once.
+    pub fn set_limit(&self, fd: RawFd, path: &std::path::Path, limit: Option<u64>, file_len: u64) {
+        if let Err((what, e)) = self.limit.set(fd, limit, file_len) {
+            self.warn_once(path, what, &e);
+        }
+    }
+
+    /// The limit on the image's host cache, if set.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit.limit()
     }
 
     /// The counters, and what the host caches of the image now (`fd`).
@@ -279,6 +284,7 @@ impl ImageHostCache {
             demoted_bytes: self.demoted_bytes.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             cached_bytes: cachestat(fd, 0, 0).ok().map(|c| c.nr_cache * page()),
+            limit: self.limit.stats(),
         }
     }
 }
@@ -303,6 +309,8 @@ mod tests {
     fn cached(f: &std::fs::File, off: u64, len: u64) -> CacheStat {
         cachestat(f.as_raw_fd(), off, len).unwrap()
     }
+
+    use crate::cachestat::CacheStat;
 
     #[test]
     fn modes_parse_in_one_place() {
@@ -332,11 +340,11 @@ mod tests {
         assert_eq!(cached(&f, 8 * 4096, 4 * 4096).nr_dirty, 4);
         let hc = ImageHostCache::default();
         // Default mode: nothing happens.
-        hc.guest_holds(fd, p, 0, 64 * 4096);
+        hc.guest_holds(fd, p, 0, 64 * 4096, 0);
         assert_eq!(cached(&f, 0, 0).nr_cache, 64);
         hc.set_mode(HostCache::Exclusive);
         // Bytes 100 .. 32 pages + 100: partial pages at both ends stay.
-        hc.guest_holds(fd, p, 100, 32 * 4096);
+        hc.guest_holds(fd, p, 100, 32 * 4096, 0);
         let s = hc.stats(fd);
         assert_eq!(cached(&f, 0, 4096).nr_cache, 1, "partial first page kept");
         assert_eq!(

@@ -10,7 +10,9 @@
 //! after; an association whose read overlapped any write is refused
 //! ([`ImageFile::read_epoch`]), because the page may hold either the old or the new bytes.
 //! It also carries the image's host-cache state ([`crate::host_cache`]): what the guest now
-//! holds leaves the host cache in `exclusive` mode, and comes back when memvisor evicts it.
+//! holds leaves the host cache in `exclusive` mode, and comes back when memvisor evicts it;
+//! with a limit ([`crate::image_cache_limit`]), a CAR model of the image's accesses decides
+//! what the host cache keeps.
 
 use std::fs::File;
 use std::io;
@@ -144,10 +146,11 @@ impl ImageFile {
     /// The program read `read` bytes of the image into guest RAM, of which the guest now holds
     /// bytes `[offset, offset + len)`: in `exclusive` mode their whole pages leave the host
     /// cache (dirty and writeback pages stay). See [`crate::host_cache`].
-    pub fn guest_holds(&self, offset: u64, len: u64, read: u64) {
+    /// `read_nanos`: how long the read took (0: untimed).
+    pub fn guest_holds(&self, offset: u64, len: u64, read: u64, read_nanos: u64) {
         self.host_cache.note_guest_read(read);
         self.host_cache
-            .guest_holds(self.raw_fd(), &self.path, offset, len);
+            .guest_holds(self.raw_fd(), &self.path, offset, len, read_nanos);
     }
 
     /// memvisor evicted the guest's copy of bytes `[offset, offset + len)`, which the image
@@ -156,6 +159,27 @@ impl ImageFile {
     pub fn guest_released(&self, offset: u64, len: u64, cached: bool) {
         self.host_cache
             .guest_released(self.raw_fd(), &self.path, offset, len, cached);
+    }
+
+    /// The program read bytes `[offset, offset + len)` of the image into other memory than
+    /// guest RAM (in `read_nanos`), or wrote them (0): with a cache limit, its model takes
+    /// them in.
+    pub fn accessed(&self, offset: u64, len: u64, read_nanos: u64) {
+        self.host_cache
+            .accessed(self.raw_fd(), &self.path, offset, len, read_nanos);
+    }
+
+    /// Sets (`Some`) or lifts (`None`) the limit on the image's host page cache
+    /// ([`crate::image_cache_limit`]).
+    pub fn set_cache_limit(&self, limit: Option<u64>) {
+        let len = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        self.host_cache
+            .set_limit(self.raw_fd(), &self.path, limit, len);
+    }
+
+    /// The limit on the image's host page cache, if set.
+    pub fn cache_limit(&self) -> Option<u64> {
+        self.host_cache.limit()
     }
 
     /// The image's host-cache counters, and its bytes in the host page cache now.

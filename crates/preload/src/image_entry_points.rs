@@ -110,10 +110,12 @@ macro_rules! pwrite_entry {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
             let from = off.max(0) as u64;
-            image_io::write(fd, from, from.saturating_add(n as u64), || {
+            let r = image_io::write(fd, from, from.saturating_add(n as u64), || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::pwrite(fd, buf, n, off) }
-            })
+            });
+            image_io::accessed(fd, off, r, 0);
+            r
         }
     };
 }
@@ -153,10 +155,13 @@ macro_rules! pwritev_entry {
             } else {
                 (off as u64, (off as u64).saturating_add(len))
             };
-            image_io::write(fd, from, to, || {
+            let r = image_io::write(fd, from, to, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::pwritev2(fd, iov, iovcnt, off, flags) }
-            })
+            });
+            let at = if flags & libc::RWF_APPEND != 0 { -1 } else { off };
+            image_io::accessed(fd, at, r, 0);
+            r
         }
     };
 }

@@ -31,7 +31,7 @@
 //! associated block without being seen is caught by the block's checksum at its next page-in
 //! (SIGBUS, never wrong data).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libc::c_int;
@@ -45,6 +45,86 @@ use crate::shim_guard::{is_pager_thread, ShimGuard};
 static IMAGES: Mutex<Vec<Arc<ImageFile>>> = Mutex::new(Vec::new());
 /// Whether `IMAGES` holds any (lock-free check for every write of the program).
 static ANY_IMAGE: AtomicBool = AtomicBool::new(false);
+/// The cache limit of images found from now on (0: none).
+static DEFAULT_CACHE_LIMIT: AtomicU64 = AtomicU64::new(0);
+/// Whether any image has (or will get) a cache limit: the program's other reads and its
+/// writes of images are then told to the limits' models.
+static ANY_CACHE_LIMIT: AtomicBool = AtomicBool::new(false);
+
+/// Sets the cache limit given to each image found from now on (`memvisor run --image-cache`).
+pub fn set_default_cache_limit(limit: Option<u64>) {
+    DEFAULT_CACHE_LIMIT.store(limit.unwrap_or(0), Ordering::Release);
+    if limit.is_some() {
+        ANY_CACHE_LIMIT.store(true, Ordering::Release);
+    }
+}
+
+/// Sets (`Some`) or lifts (`None`) the cache limit of the image whose path is `image` as the
+/// status shows it, or of every image and those found later (`None`); the limit was checked
+/// by the control server (whose threads are inside the library for good).
+pub fn set_cache_limit(image: Option<&str>, limit: Option<u64>) -> Result<(), String> {
+    let list: Vec<Arc<ImageFile>> = images().clone();
+    match image {
+        None => {
+            set_default_cache_limit(limit);
+            for i in &list {
+                i.set_cache_limit(limit);
+            }
+        }
+        Some(path) => {
+            let Some(i) = list.iter().find(|i| i.path().to_str() == Some(path)) else {
+                let known: Vec<String> = list
+                    .iter()
+                    .map(|i| i.path().display().to_string())
+                    .collect();
+                return Err(format!(
+                    "no image '{path}' in this process (images: {})",
+                    if known.is_empty() {
+                        "none yet".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ));
+            };
+            if limit.is_some() {
+                ANY_CACHE_LIMIT.store(true, Ordering::Release);
+            }
+            i.set_cache_limit(limit);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `fd` was opened with `O_DIRECT` (its I/O bypasses the host cache).
+fn is_direct(fd: c_int) -> bool {
+    // SAFETY: F_GETFL reads the descriptor's flags; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_DIRECT != 0
+}
+
+/// The program read (in `read_nanos`) or wrote (0) `n` bytes (the call's result) of `fd` at
+/// `offset` through the host cache, other than a read into guest RAM: if `fd` is an image
+/// under a cache limit, the limit's model is told.
+pub fn accessed(fd: c_int, offset: i64, n: isize, read_nanos: u64) {
+    if !ANY_CACHE_LIMIT.load(Ordering::Acquire)
+        || offset < 0
+        || n <= 0
+        || !ACTIVE.load(Ordering::Acquire)
+        || is_pager_thread()
+    {
+        return;
+    }
+    let Some(_guard) = ShimGuard::enter() else {
+        return;
+    };
+    let saved = errno();
+    if let Some(image) = known_image(fd) {
+        if image.cache_limit().is_some() && !is_direct(fd) {
+            image.accessed(offset as u64, n as u64, read_nanos);
+        }
+    }
+    set_errno(saved);
+}
 
 fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -88,6 +168,10 @@ fn image_for_read(fd: c_int) -> Option<Arc<ImageFile>> {
     if EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire) {
         image.set_host_cache(memvisor_pager::HostCache::Exclusive);
     }
+    let limit = DEFAULT_CACHE_LIMIT.load(Ordering::Acquire);
+    if limit > 0 {
+        image.set_cache_limit(Some(limit));
+    }
     list.push(image.clone());
     ANY_IMAGE.store(true, Ordering::Release);
     Some(image)
@@ -109,10 +193,12 @@ fn watching() -> bool {
 }
 
 /// Whether the program's reads are looked at: as [`watching`], or the host cache is
-/// exclusive.
+/// exclusive or limited.
 fn watching_reads() -> bool {
     ACTIVE.load(Ordering::Acquire)
-        && (SWAP_MAPPER.load(Ordering::Acquire) || EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire))
+        && (SWAP_MAPPER.load(Ordering::Acquire)
+            || EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire)
+            || ANY_CACHE_LIMIT.load(Ordering::Acquire))
         && !is_pager_thread()
 }
 
@@ -122,6 +208,7 @@ pub fn image_statuses() -> Vec<memvisor_control::ImageStatus> {
     list.iter()
         .map(|i| {
             let s = i.host_cache_stats();
+            let model = s.limit.model.clone().unwrap_or_default();
             memvisor_control::ImageStatus {
                 path: i.path().display().to_string(),
                 host_cache: s.mode.name().to_string(),
@@ -131,6 +218,22 @@ pub fn image_statuses() -> Vec<memvisor_control::ImageStatus> {
                 host_cache_kept_dirty_bytes: s.kept_unclean_bytes,
                 host_cache_demoted_bytes: s.demoted_bytes,
                 host_cache_errors: s.errors,
+                cache_limit_bytes: s.limit.model.as_ref().map(|m| m.limit_bytes),
+                cache_model_bytes: model.resident_bytes,
+                cache_hits: model.hits,
+                cache_misses: model.misses,
+                cache_evicted_dropped_bytes: s.limit.evicted_dropped_bytes,
+                cache_reconciled_bytes: s.limit.reconciled_bytes,
+                cache_kept_dirty_bytes: s.limit.kept_unclean_bytes,
+                cache_miss_read_nanos: s.limit.miss_read_nanos,
+                cache_timed_misses: s.limit.timed_misses,
+                cache_refaults: memvisor_control::RefaultStatus {
+                    unit_bytes: model.block_bytes,
+                    sub_buckets: model.sub_buckets,
+                    refaults: model.refaults,
+                    beyond: model.beyond,
+                    evicted_bytes: model.evicted_bytes,
+                },
             }
         })
         .collect()
@@ -167,9 +270,9 @@ struct Piece {
 /// by `real` (which returns what the system call returns and sets `errno`).
 pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() -> isize) -> isize {
     if offset < 0 || !mp::has_fixed() || !watching_reads() {
-        return real();
+        return other_read(fd, offset, real);
     }
-    let Some(_guard) = ShimGuard::enter() else {
+    let Some(guard) = ShimGuard::enter() else {
         return real();
     };
     let mut pieces = Vec::new();
@@ -189,7 +292,8 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
         total = total.saturating_add(len);
     }
     if pieces.is_empty() {
-        return real();
+        drop(guard);
+        return other_read(fd, offset, real);
     }
     let Some(image) = image_for_read(fd) else {
         return real();
@@ -205,7 +309,9 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
             r.prepare_overwrite(p.addr - start, p.len)
         });
     }
+    let started = std::time::Instant::now();
     let n = real();
+    let nanos = started.elapsed().as_nanos() as u64;
     let saved = errno();
     if n >= 0 && n as usize == total {
         if let Some(epoch) = epoch {
@@ -224,11 +330,24 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     }
     if n > 0 {
         // The guest holds these blocks now: an exclusive host cache drops them.
-        for (o, l) in guest_ranges(&pieces, offset as u64, n as usize) {
-            image.guest_holds(o, l, l);
+        // The read's time goes with its first range (the model counts a miss cost once).
+        for (i, (o, l)) in guest_ranges(&pieces, offset as u64, n as usize)
+            .into_iter()
+            .enumerate()
+        {
+            image.guest_holds(o, l, l, if i == 0 { nanos } else { 0 });
         }
     }
     set_errno(saved);
+    n
+}
+
+/// A read of `fd` at `offset` into other memory than guest RAM, done by `real`: told to the
+/// image's cache limit if there is one.
+fn other_read(fd: c_int, offset: i64, real: impl FnOnce() -> isize) -> isize {
+    let started = std::time::Instant::now();
+    let n = real();
+    accessed(fd, offset, n, started.elapsed().as_nanos() as u64);
     n
 }
 

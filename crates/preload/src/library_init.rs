@@ -34,6 +34,9 @@ impl ControlHandler for ProcessControl {
     fn set(&self, budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
         managed_process::set(budget, policy)
     }
+    fn set_image_cache(&self, image: Option<&str>, limit: Option<u64>) -> Result<(), String> {
+        crate::image_io::set_cache_limit(image, limit)
+    }
     fn migrate(&self, command: MigrateCommand) -> Result<(), String> {
         migration_service::command(command)
     }

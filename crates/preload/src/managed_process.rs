@@ -278,6 +278,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
         config.host_cache == memvisor_pager::HostCache::Exclusive,
         Ordering::Release,
     );
+    crate::image_io::set_default_cache_limit(config.image_cache);
     PROGRAM_IS_QEMU.store(is_qemu(&program), Ordering::Release);
     let state = ManagedProcess {
         budget: config.budget,

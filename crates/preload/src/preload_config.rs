@@ -46,6 +46,9 @@ pub struct PreloadConfig {
     /// What happens to the host page cache of disk images read into guest RAM
     /// ([`image_io`](crate::image_io), `memvisor_pager::host_cache`).
     pub host_cache: HostCache,
+    /// Limit on the host page cache of each disk image read into guest RAM
+    /// (`memvisor_pager::image_cache_limit`); `None`: no limit.
+    pub image_cache: Option<u64>,
     /// Live migration destination: where to listen for a source's memory.
     pub migration_listen: Option<std::net::SocketAddr>,
     /// Live migration destination: the shared key file.
@@ -169,6 +172,23 @@ impl PreloadConfig {
                 reason,
             })?,
         };
+        let image_cache = match get(launch_env::IMAGE_CACHE) {
+            None => None,
+            Some(v) => {
+                let b = bytes(launch_env::IMAGE_CACHE, v)? as u64;
+                if b < memvisor_control::MIN_IMAGE_CACHE_BYTES {
+                    return Err(PreloadError::Env {
+                        name: launch_env::IMAGE_CACHE,
+                        value: b.to_string(),
+                        reason: format!(
+                            "less than {} bytes",
+                            memvisor_control::MIN_IMAGE_CACHE_BYTES
+                        ),
+                    });
+                }
+                Some(b)
+            }
+        };
         let migration_listen = match get(launch_env::MIGRATION_LISTEN) {
             None => None,
             Some(v) => Some(v.trim().parse().map_err(|_| PreloadError::Env {
@@ -208,6 +228,7 @@ impl PreloadConfig {
             on_swap_full,
             swap_mapper,
             host_cache,
+            image_cache,
             migration_listen,
             migration_key,
         }))
@@ -277,12 +298,14 @@ mod tests {
             (launch_env::BUSY_POLL_US, "100"),
             (launch_env::ON_SWAP_FULL, "fail"),
             (launch_env::SWAP_MAPPER, "off"),
+            (launch_env::IMAGE_CACHE, "67108864"),
             (launch_env::HOST_CACHE, "exclusive"),
         ])
         .unwrap()
         .unwrap();
         assert!(!c.swap_mapper);
         assert_eq!(c.host_cache, HostCache::Exclusive);
+        assert_eq!(c.image_cache, Some(64 << 20));
         assert_eq!(c.chunk_size, 64 << 10);
         assert_eq!(c.busy_poll, Some(std::time::Duration::from_micros(100)));
         assert_eq!(c.budget, 64 << 20);
@@ -301,6 +324,7 @@ mod tests {
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         assert!(c.swap_mapper);
         assert_eq!(c.host_cache, HostCache::Default);
+        assert_eq!(c.image_cache, None);
         // A budget of one small chunk is enough with small chunks.
         let c = read(&[
             (launch_env::BUDGET, "65536"),
@@ -322,6 +346,8 @@ mod tests {
             (launch_env::ARENA_SIZE, "1"),
             (launch_env::CHUNK_SIZE, "0"),
             (launch_env::CHUNK_SIZE, "5000"),
+            (launch_env::IMAGE_CACHE, "4096"),
+            (launch_env::IMAGE_CACHE, "big"),
             (launch_env::BUSY_POLL_US, "fast"),
             (launch_env::ON_SWAP_FULL, "ignore"),
             (launch_env::BUSY_POLL_US, "2000000"),

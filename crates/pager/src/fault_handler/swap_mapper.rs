@@ -308,7 +308,7 @@ impl FaultHandler {
                 }
             }
             if for_guest {
-                image.guest_holds(b0.offset, (k * pg) as u64, 0);
+                image.guest_holds(b0.offset, (k * pg) as u64, 0, 0);
             }
             bytes += k * pg;
         }

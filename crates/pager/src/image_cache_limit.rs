@@ -1,0 +1,446 @@
+//! [`CacheLimit`]: one image's host page cache held to a limit by its CAR model (issue 12,
+//! seed 001 chapter 5), with `memvisor run --image-cache SIZE` or `memvisor set`.
+//!
+//! Every interposed access of the image goes through its [`ImageCacheModel`]; the blocks the
+//! model evicts leave the host cache at once with `posix_fadvise(DONTNEED)`, after a
+//! `cachestat(2)` check: a victim holding dirty or writeback pages is never dropped; its
+//! writeback is started (`sync_file_range`) and the drop is tried again at later accesses, as
+//! the kernel's flusher would clean it anyway. The kernel also caches what the model never
+//! saw: its readahead beyond a read, pages cached before memvisor started, reads the library
+//! does not interpose. So every [`RECONCILE_EVERY`] and every [`reconcile_slack`] of accesses,
+//! when `cachestat(2)` shows the image holding more than the limit plus the slack, every clean
+//! page outside the model's blocks is dropped: the host cache then holds what the model holds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::image_cache_model::{ImageCacheFigures, ImageCacheModel, Victims};
+use crate::page_cache_calls::{
+    cachestat, drop_clean, page, start_writeback, CallError, DropOutcome,
+};
+
+/// The host cache is compared with the model at least this often while the image is
+/// accessed, and also whenever the accesses since the last comparison add up to the slack.
+pub const RECONCILE_EVERY: Duration = Duration::from_millis(200);
+/// Most unclean victim ranges remembered for another try.
+const MAX_UNCLEAN: usize = 256;
+/// Most victim ranges remembered because a large folio straddled an end.
+const MAX_STRADDLING: usize = 64;
+
+/// How far above the limit the host cache may be before a reconciliation: an eighth of the
+/// limit, at least 1 MiB (kernel readahead around the model's blocks).
+pub fn reconcile_slack(limit: u64) -> u64 {
+    (limit / 8).max(1 << 20)
+}
+
+/// Counters of a [`CacheLimit`] (cumulative bytes) and its model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheLimitStats {
+    /// The model's counters and curve; `None` when no limit is set.
+    pub model: Option<ImageCacheFigures>,
+    /// Bytes dropped because the model evicted them.
+    pub evicted_dropped_bytes: u64,
+    /// Bytes dropped by reconciliation (cached, but not in the model).
+    pub reconciled_bytes: u64,
+    /// Bytes of victims that stayed because they were dirty or under writeback (writeback
+    /// was started; counted at each try).
+    pub kept_unclean_bytes: u64,
+    /// Reconciliations run.
+    pub reconciliations: u64,
+    /// Time spent in the program's reads that missed in the model (nanoseconds), and the
+    /// block misses of those reads: their ratio is what a miss costs the program.
+    pub miss_read_nanos: u64,
+    /// Block misses of the timed reads.
+    pub timed_misses: u64,
+}
+
+struct Limited {
+    model: ImageCacheModel,
+    /// Victim ranges kept because they were unclean, oldest first.
+    unclean: Vec<(u64, u64)>,
+    /// Victim ranges that left clean pages behind because a large folio straddled an end
+    /// (the kernel drops only folios a range covers whole), oldest first: merged with the
+    /// next adjacent victims, which together may cover the folio.
+    straddling: Vec<(u64, u64)>,
+    last_check: Option<Instant>,
+    /// Bytes accessed since the last comparison.
+    since_check: u64,
+}
+
+/// One image's cache limit: no limit until [`CacheLimit::set`].
+#[derive(Default)]
+pub struct CacheLimit {
+    state: Mutex<Option<Limited>>,
+    evicted_dropped: AtomicU64,
+    reconciled: AtomicU64,
+    kept_unclean: AtomicU64,
+    reconciliations: AtomicU64,
+    miss_read_nanos: AtomicU64,
+    timed_misses: AtomicU64,
+}
+
+impl std::fmt::Debug for CacheLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheLimit")
+            .field("limit", &self.limit())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do outside the lock after the model was told of an access.
+#[derive(Default)]
+struct Work {
+    victims: Victims,
+    retry: Vec<(u64, u64)>,
+    check: bool,
+}
+
+impl Limited {
+    /// Merges each victim range with the straddling ranges it overlaps or touches.
+    fn merge_straddling(&mut self, victims: &mut Victims) {
+        if self.straddling.is_empty() {
+            return;
+        }
+        for (o, l) in victims.iter_mut() {
+            let (mut s, mut e) = (*o, *o + *l);
+            while let Some(i) = self
+                .straddling
+                .iter()
+                .position(|&(so, sl)| so <= e && so + sl >= s)
+            {
+                let (so, sl) = self.straddling.remove(i);
+                (s, e) = (s.min(so), e.max(so + sl));
+            }
+            (*o, *l) = (s, e - s);
+        }
+    }
+}
+
+/// Appends `more` to `list`, keeping its newest `max` entries.
+fn bounded_extend(list: &mut Vec<(u64, u64)>, more: Vec<(u64, u64)>, max: usize) {
+    list.extend(more);
+    let excess = list.len().saturating_sub(max);
+    list.drain(..excess);
+}
+
+impl CacheLimit {
+    fn state(&self) -> std::sync::MutexGuard<'_, Option<Limited>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The limit, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.state().as_ref().map(|l| l.model.limit())
+    }
+
+    /// Sets (`Some`) or lifts (`None`) the limit of the image `fd` of `file_len` bytes; a
+    /// smaller limit drops what the model evicts for it at once.
+    pub fn set(&self, fd: i32, limit: Option<u64>, file_len: u64) -> Result<(), CallError> {
+        let mut work = Work::default();
+        {
+            let mut state = self.state();
+            match (limit, state.as_mut()) {
+                (None, _) => *state = None,
+                (Some(bytes), Some(l)) => {
+                    l.model.set_limit(bytes, &mut work.victims);
+                    l.merge_straddling(&mut work.victims);
+                }
+                (Some(bytes), None) => {
+                    *state = Some(Limited {
+                        model: ImageCacheModel::new(bytes, file_len, page()),
+                        unclean: Vec::new(),
+                        straddling: Vec::new(),
+                        last_check: None,
+                        since_check: 0,
+                    });
+                    work.check = true;
+                }
+            }
+        }
+        self.run(fd, work)
+    }
+
+    /// The program read or wrote bytes `[off, off + len)` of the image `fd` through the host
+    /// cache: the model is told, and its victims leave the host cache. `read_nanos`: how long
+    /// the program's read took (0 for writes and untimed reads), counted if it missed.
+    pub fn accessed(&self, fd: i32, off: u64, len: u64, read_nanos: u64) -> Result<(), CallError> {
+        let work = {
+            let mut state = self.state();
+            let Some(l) = state.as_mut() else {
+                return Ok(());
+            };
+            let mut work = Work::default();
+            let misses = l.model.figures_misses();
+            l.model.access(off, len, &mut work.victims);
+            let missed = l.model.figures_misses() - misses;
+            if missed > 0 && read_nanos > 0 {
+                self.miss_read_nanos
+                    .fetch_add(read_nanos, Ordering::Relaxed);
+                self.timed_misses.fetch_add(missed, Ordering::Relaxed);
+            }
+            l.merge_straddling(&mut work.victims);
+            if !l.unclean.is_empty() {
+                work.retry = std::mem::take(&mut l.unclean);
+            }
+            let now = Instant::now();
+            l.since_check = l.since_check.saturating_add(len);
+            if l.since_check >= reconcile_slack(l.model.limit())
+                || l.last_check
+                    .is_none_or(|t| now.duration_since(t) >= RECONCILE_EVERY)
+            {
+                l.last_check = Some(now);
+                l.since_check = 0;
+                work.check = true;
+            }
+            work
+        };
+        self.run(fd, work)
+    }
+
+    /// Bytes `[off, off + len)` left the host cache for another reason (the guest holds them):
+    /// they leave the model too.
+    pub fn removed(&self, off: u64, len: u64) {
+        if let Some(l) = self.state().as_mut() {
+            l.model.remove(off, len);
+        }
+    }
+
+    /// Drops victims, retries unclean ones, reconciles if due.
+    fn run(&self, fd: i32, work: Work) -> Result<(), CallError> {
+        let pg = page();
+        let (mut unclean, mut straddling) = (Vec::new(), Vec::new());
+        for &(o, l) in work.victims.iter().chain(&work.retry) {
+            let mut out = DropOutcome::default();
+            drop_clean(fd, o, l, &mut out)?;
+            self.evicted_dropped
+                .fetch_add(out.dropped_pages * pg, Ordering::Relaxed);
+            if out.left_clean_pages > 0 {
+                straddling.push((o, l));
+            }
+            unclean.extend(out.unclean);
+        }
+        let unclean_bytes: u64 = unclean.iter().map(|r| r.1).sum();
+        self.kept_unclean
+            .fetch_add(unclean_bytes, Ordering::Relaxed);
+        for &(o, l) in &unclean {
+            start_writeback(fd, o, l).map_err(|e| ("sync_file_range(WRITE)", e))?;
+        }
+        if !unclean.is_empty() || !straddling.is_empty() {
+            if let Some(l) = self.state().as_mut() {
+                bounded_extend(&mut l.unclean, unclean, MAX_UNCLEAN);
+                bounded_extend(&mut l.straddling, straddling, MAX_STRADDLING);
+            }
+        }
+        if work.check {
+            self.reconcile(fd)?;
+        }
+        Ok(())
+    }
+
+    /// If the host cache holds more of the image than the limit plus the slack, drops every
+    /// clean page outside the model's blocks.
+    fn reconcile(&self, fd: i32) -> Result<(), CallError> {
+        let cached = cachestat(fd, 0, 0)
+            .map_err(|e| ("cachestat(2)", e))?
+            .nr_cache
+            * page();
+        let (held, block) = {
+            let state = self.state();
+            let Some(l) = state.as_ref() else {
+                return Ok(());
+            };
+            let limit = l.model.limit();
+            if cached <= limit.saturating_add(reconcile_slack(limit)) {
+                return Ok(());
+            }
+            (l.model.held_blocks(), l.model.block_bytes())
+        };
+        self.reconciliations.fetch_add(1, Ordering::Relaxed);
+        let mut out = DropOutcome::default();
+        let mut from = 0u64;
+        for b in held {
+            if b > from {
+                drop_clean(fd, from, b - from, &mut out)?;
+            }
+            from = b + block;
+        }
+        // To the end of the file (and beyond, harmlessly, if it grows meanwhile).
+        let end = u64::MAX / 2 / page() * page();
+        drop_clean(fd, from, end - from, &mut out)?;
+        self.reconciled
+            .fetch_add(out.dropped_pages * page(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The counters, and the model's figures.
+    pub fn stats(&self) -> CacheLimitStats {
+        CacheLimitStats {
+            model: self.state().as_ref().map(|l| l.model.figures()),
+            evicted_dropped_bytes: self.evicted_dropped.load(Ordering::Relaxed),
+            reconciled_bytes: self.reconciled.load(Ordering::Relaxed),
+            kept_unclean_bytes: self.kept_unclean.load(Ordering::Relaxed),
+            reconciliations: self.reconciliations.load(Ordering::Relaxed),
+            miss_read_nanos: self.miss_read_nanos.load(Ordering::Relaxed),
+            timed_misses: self.timed_misses.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_cache_calls::fadvise;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+
+    const PG: u64 = 4096;
+
+    fn file(pages: u64) -> std::fs::File {
+        let mut f = tempfile::tempfile_in("/var/tmp").unwrap();
+        let data: Vec<u8> = (0..pages * PG).map(|i| (i * 13 + i / PG) as u8).collect();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        f
+    }
+
+    fn cached(f: &std::fs::File) -> u64 {
+        cachestat(f.as_raw_fd(), 0, 0).unwrap().nr_cache
+    }
+
+    /// Reads pages one by one without readahead, telling the limit.
+    fn read_pages(f: &std::fs::File, lim: &CacheLimit, pages: impl Iterator<Item = u64>) {
+        let mut b = [0u8; PG as usize];
+        for p in pages {
+            f.read_exact_at(&mut b, p * PG).unwrap();
+            assert_eq!(b[1], ((p * PG + 1) * 13 + p) as u8);
+            lim.accessed(f.as_raw_fd(), p * PG, PG, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_host_cache_holds_what_the_model_holds() {
+        let f = file(256);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
+        let lim = CacheLimit::default();
+        // No limit: the kernel keeps everything.
+        read_pages(&f, &lim, 0..64);
+        assert_eq!(cached(&f), 64);
+        assert!(lim.stats().model.is_none());
+        // A limit of 32 pages: setting it compares the cache with the model; the 64 pages read
+        // before the model existed are within the slack (1 MiB, 256 pages) and stay.
+        lim.set(fd, Some(32 * PG), 256 * PG).unwrap();
+        assert_eq!(cached(&f), 64, "within the slack");
+        // Reading 256 pages through the model keeps the cache within its blocks plus what
+        // it never saw.
+        read_pages(&f, &lim, 64..256);
+        let s = lim.stats();
+        let m = s.model.clone().unwrap();
+        assert_eq!(m.resident_bytes, 32 * PG);
+        assert_eq!(s.evicted_dropped_bytes, (192 - 32) * PG, "{s:?}");
+        // The 64 pages read before the limit stay (within the slack); the model's 32 are
+        // cached.
+        assert_eq!(cached(&f), 64 + 32);
+        // A smaller limit drops at once.
+        lim.set(fd, Some(8 * PG), 256 * PG).unwrap();
+        assert_eq!(cached(&f), 64 + 8);
+        // Lifting the limit drops the model; the cache keeps what it has.
+        lim.set(fd, None, 256 * PG).unwrap();
+        assert!(lim.stats().model.is_none());
+        read_pages(&f, &lim, 100..140);
+        assert_eq!(cached(&f), 64 + 8 + 40);
+    }
+
+    #[test]
+    fn reconciliation_drops_what_the_model_never_saw() {
+        // 2 MiB limit + 1 MiB slack; 1024 pages (4 MiB) cached before the limit.
+        let f = file(1024);
+        let fd = f.as_raw_fd();
+        let mut b = vec![0u8; (1024 * PG) as usize];
+        f.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(cached(&f), 1024);
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(512 * PG), 1024 * PG).unwrap();
+        let s = lim.stats();
+        assert_eq!(s.reconciliations, 1);
+        assert_eq!(cached(&f), 0, "{s:?}");
+        assert_eq!(s.reconciled_bytes, 1024 * PG);
+        // Pages the model holds stay through a reconciliation.
+        read_pages(&f, &lim, 0..16);
+        f.read_exact_at(&mut b, 0).unwrap();
+        std::thread::sleep(RECONCILE_EVERY);
+        read_pages(&f, &lim, 16..17);
+        assert_eq!(lim.stats().reconciliations, 2);
+        // The model's pages stay, and at most a large folio straddling its last one.
+        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
+        assert!(cached(&f) < 17 + 64, "{}", cached(&f));
+    }
+
+    #[test]
+    fn dirty_victims_stay_until_written_back() {
+        let f = file(64);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(8 * PG), 64 * PG).unwrap();
+        // Pages 0..4 written one by one (dirty, one page per folio; the flusher leaves them
+        // for 30 s), then 4 pages read: the model is full.
+        for p in 0..4 {
+            f.write_all_at(&[0xAB; PG as usize], p * PG).unwrap();
+        }
+        lim.accessed(fd, 0, 4 * PG, 0).unwrap();
+        read_pages(&f, &lim, 16..20);
+        assert_eq!(cachestat(fd, 0, 4 * PG).unwrap().nr_dirty, 4);
+        // The next read evicts page 0, dirty: it stays, and its writeback starts.
+        read_pages(&f, &lim, 20..21);
+        let s = lim.stats();
+        assert_eq!(
+            (s.kept_unclean_bytes, s.evicted_dropped_bytes),
+            (PG, 0),
+            "{s:?}"
+        );
+        assert_eq!(cachestat(fd, 0, PG).unwrap().nr_cache, 1);
+        // Three more: pages 1..3 go the same way (page 0 is tried again each time).
+        read_pages(&f, &lim, 21..24);
+        // Once written back, a later access drops them.
+        let t = Instant::now();
+        while cachestat(fd, 0, 4 * PG).unwrap().unclean() > 0 && t.elapsed().as_secs() < 10 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(cachestat(fd, 0, 4 * PG).unwrap().unclean(), 0);
+        lim.accessed(fd, 20 * PG, PG, 0).unwrap();
+        assert_eq!(cachestat(fd, 0, 4 * PG).unwrap().nr_cache, 0);
+        assert_eq!(lim.stats().evicted_dropped_bytes, 4 * PG);
+        // What was written reads back from the disk.
+        let mut b = [0u8; PG as usize];
+        f.read_exact_at(&mut b, 2 * PG).unwrap();
+        assert_eq!(b, [0xAB; PG as usize]);
+    }
+
+    #[test]
+    fn victims_one_by_one_drop_a_large_folio_together() {
+        let f = file(64);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
+        // One 64 KiB write: the page cache may hold it in one large folio.
+        f.write_all_at(&[0x5A; 16 * PG as usize], 0).unwrap();
+        f.sync_all().unwrap();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(8 * PG), 64 * PG).unwrap();
+        for p in 0..16 {
+            lim.accessed(fd, p * PG, PG, 0).unwrap();
+        }
+        // Pages 0..8 were evicted one at a time by the reads of 8..16.
+        read_pages(&f, &lim, 32..48);
+        // Pages 0..16 are all victims now; merged, they cover any folio among them.
+        assert_eq!(cachestat(fd, 0, 16 * PG).unwrap().nr_cache, 0);
+        let mut b = [0u8; PG as usize];
+        f.read_exact_at(&mut b, 5 * PG).unwrap();
+        assert_eq!(b, [0x5A; PG as usize]);
+    }
+}
