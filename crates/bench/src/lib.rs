@@ -29,6 +29,9 @@
 //!
 //! `broker-eval` (issue 12) runs four processes with different access patterns under one
 //! memory total: `memvisor broker`, an equal split, the kernel ([`broker_eval`]).
+//! `image-cache-eval` (issue 12) reads one disk image from a VMM-like process with its host
+//! page cache held to one size by the kernel (a memory cgroup) and by `memvisor run
+//! --image-cache` ([`image_cache_eval`]).
 //!
 //! See the crate README for the commands and what is measured.
 
@@ -44,6 +47,8 @@ pub mod host_cache_plot;
 pub mod host_policy;
 pub mod host_sample;
 pub mod hot_scan_stress;
+pub mod image_cache_eval;
+pub mod image_cache_worker;
 pub use memvisor_control::interrupt;
 pub mod kernel_swap;
 pub mod latency_plot;

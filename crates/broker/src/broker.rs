@@ -1,33 +1,34 @@
 //! [`Broker`]: finds every process under memvisor through its control socket, measures what
-//! more memory is worth to each ([`UtilityCurve`]), divides the total ([`partition`]) and sets
-//! the budgets, one decision per interval.
+//! more memory is worth to each of its claimants (its budget, and the host cache limit of each
+//! of its disk images that has one: a [`UtilityCurve`](crate::UtilityCurve) each), divides
+//! the total ([`partition`]) and sets the budgets and limits, one decision per interval.
+//! Images without a limit are left to the kernel.
 //!
-//! It keeps no state of its own that matters: each process keeps the budget last set, so a
-//! broker that exits or is restarted loses nothing (a new one starts from the budgets it
-//! finds). A process that exits is dropped. One that does not answer in time (stopped,
-//! overloaded, hung) keeps its last known budget, which stays counted against the total,
-//! until it answers again. Shrinking budgets are set before growing ones, and a growth is
-//! made only from memory that a shrink really freed, so the sum of budgets never passes the
-//! total even when a request fails.
+//! It keeps no state of its own that matters: each process keeps the budget and limits last
+//! set, so a broker that exits or is restarted loses nothing (a new one starts from the
+//! budgets and limits it finds). A process that exits is dropped. One that does not answer in
+//! time (stopped, overloaded, hung) keeps its last known budget and limits, which stay counted
+//! against the total, until it answers again. Shrinks are set before growths, and a growth is
+//! made only from memory that a shrink really freed, so the sum never passes the total even
+//! when a request fails.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memvisor_control::{
-    format_bytes, socket_dir, ControlClient, ControlError, ProcessStatus, SetRules,
+    format_bytes, socket_dir, ControlClient, ControlError, ImageStatus, ProcessStatus, SetRules,
+    MIN_IMAGE_CACHE_BYTES,
 };
 
 use crate::broker_error::BrokerError;
 use crate::broker_metrics::{self, SplitRow};
+use crate::claimant_key::ClaimantKey;
+use crate::curve_history::{CurveHistory, Measured};
 use crate::partitioner::{partition, Allocation, Claimant, Limits, Mode, Reason};
 use crate::process_limit::{process_label, ProcessLimit};
-use crate::utility_curve::UtilityCurve;
-
-/// Points of each process's curve.
-const CURVE_POINTS: usize = 64;
 
 /// What the broker divides and how.
 #[derive(Debug, Clone)]
@@ -42,6 +43,11 @@ pub struct BrokerOptions {
     pub max: Option<u64>,
     /// Per-process bounds.
     pub process_limits: Vec<ProcessLimit>,
+    /// Least cache limit of an image that has one (never below
+    /// [`MIN_IMAGE_CACHE_BYTES`]).
+    pub image_min: u64,
+    /// Most cache limit of an image (`None`: the total).
+    pub image_max: Option<u64>,
     /// Host RAM: no budget above it.
     pub host_ram: u64,
     /// Decide, log, but set nothing.
@@ -55,17 +61,96 @@ struct Tracked {
     /// The control directory its socket is in.
     dir: PathBuf,
     started_unix_ms: u64,
-    /// The snapshot the next curve is measured from.
-    since: (ProcessStatus, Instant),
-    /// The last curve measured, and the budget it was measured at.
-    curve: Option<UtilityCurve>,
-    measured_at: u64,
-    /// The last curve measured at a budget lower than now, and that budget.
-    below: Option<(u64, UtilityCurve)>,
+    /// Its budget's curve.
+    ram: CurveHistory<ProcessStatus>,
     /// Its budget as last seen or set.
     budget: u64,
+    /// Its images that have a cache limit, by path.
+    images: BTreeMap<String, TrackedImage>,
     /// Set while it does not answer.
     silent: bool,
+}
+
+/// One image's cache limit as the broker follows it.
+#[derive(Debug)]
+struct TrackedImage {
+    history: CurveHistory<ImageStatus>,
+    /// Its limit as last seen or set.
+    limit: u64,
+}
+
+impl Tracked {
+    /// What it holds, for a log line: `192M`, or `192M (and 24M of image caches)`.
+    fn holding(&self) -> String {
+        let caches: u64 = self.images.values().map(|i| i.limit).sum();
+        if self.images.is_empty() {
+            format_bytes(self.budget)
+        } else {
+            format!(
+                "{} (and {} of image caches)",
+                format_bytes(self.budget),
+                format_bytes(caches)
+            )
+        }
+    }
+
+    /// Its budget and its images' limits.
+    fn held(&self) -> u64 {
+        self.budget + self.images.values().map(|i| i.limit).sum::<u64>()
+    }
+
+    /// Follows the images of `status` that have a cache limit (new ones, new curves), and
+    /// drops those whose limit was lifted.
+    fn observe_images(
+        &mut self,
+        pid: u32,
+        status: &ProcessStatus,
+        now: Instant,
+        step: u64,
+        round: &mut Round,
+    ) {
+        let limited: Vec<&ImageStatus> = status
+            .images
+            .iter()
+            .filter(|i| i.cache_limit_bytes.is_some())
+            .collect();
+        for image in &limited {
+            let limit = image.size();
+            match self.images.get_mut(&image.path) {
+                Some(t) => {
+                    t.history.observe(image, now, step);
+                    t.limit = limit;
+                }
+                None => {
+                    round.lines.push(format!(
+                        "broker: following pid {pid} ({}) image {}, cache limit {}",
+                        self.label,
+                        image.path,
+                        format_bytes(limit)
+                    ));
+                    self.images.insert(
+                        image.path.clone(),
+                        TrackedImage {
+                            history: CurveHistory::new((*image).clone(), now),
+                            limit,
+                        },
+                    );
+                }
+            }
+        }
+        let label = &self.label;
+        self.images.retain(|path, t| {
+            let kept = limited.iter().any(|i| &i.path == path);
+            if !kept {
+                round.lines.push(format!(
+                    "broker: pid {pid} ({label}) image {path}: its cache limit was lifted; its {} \
+                     are free",
+                    format_bytes(t.limit)
+                ));
+            }
+            kept
+        });
+    }
 }
 
 /// What one decision did.
@@ -112,7 +197,7 @@ impl Broker {
         let answered = self.look(&mut round);
         let claimants: Vec<Claimant> = answered
             .iter()
-            .map(|(pid, status)| self.claimant(*pid, status))
+            .flat_map(|(pid, status)| self.claimants(*pid, status))
             .collect();
         let limits = Limits {
             total: self.options.limits.total.saturating_sub(round.reserved),
@@ -126,12 +211,10 @@ impl Broker {
         let rows: Vec<SplitRow> = claimants
             .iter()
             .map(|c| SplitRow {
-                pid: c.pid,
-                label: self
-                    .tracked
-                    .get(&c.pid)
-                    .map_or(String::new(), |t| t.label.clone()),
-                budget: self.tracked.get(&c.pid).map_or(c.current, |t| t.budget),
+                pid: c.key.pid(),
+                image: c.key.image().map(str::to_string),
+                label: self.label(c.key.pid()).to_string(),
+                budget: self.size(&c.key).unwrap_or(c.current),
                 min: c.min,
                 max: c.max,
                 curve: c.curve.clone(),
@@ -143,8 +226,22 @@ impl Broker {
         Ok(round)
     }
 
+    /// The label of a followed process (empty if it is not followed).
+    fn label(&self, pid: u32) -> &str {
+        self.tracked.get(&pid).map_or("", |t| t.label.as_str())
+    }
+
+    /// The budget or cache limit of `key` as last seen or set.
+    fn size(&self, key: &ClaimantKey) -> Option<u64> {
+        let t = self.tracked.get(&key.pid())?;
+        match key {
+            ClaimantKey::Ram(_) => Some(t.budget),
+            ClaimantKey::ImageCache(_, path) => t.images.get(path).map(|i| i.limit),
+        }
+    }
+
     /// Asks every process for its status; follows new ones, drops exited ones, reserves the
-    /// budgets of silent ones. Returns those that answered.
+    /// budgets and image cache limits of silent ones. Returns those that answered.
     fn look(&mut self, round: &mut Round) -> Vec<(u32, ProcessStatus)> {
         let dirs = self.dirs.clone().unwrap_or_else(socket_dir::control_dirs);
         let mut seen = Vec::new();
@@ -183,7 +280,7 @@ impl Broker {
                 round.lines.push(format!(
                     "broker: pid {pid} ({}) exited; its {} are free",
                     t.label,
-                    format_bytes(t.budget)
+                    t.holding()
                 ));
             }
         }
@@ -191,17 +288,18 @@ impl Broker {
             .tracked
             .values()
             .filter(|t| t.silent)
-            .map(|t| t.budget)
+            .map(Tracked::held)
             .sum();
         answered
     }
 
-    /// Records a status: a new process, or a new curve for a known one.
+    /// Records a status: a new process, or new curves for a known one.
     fn observe(&mut self, dir: &Path, pid: u32, status: &ProcessStatus, round: &mut Round) {
         let now = Instant::now();
         let step = self.options.limits.step;
-        match self.tracked.get_mut(&pid) {
-            Some(t) if t.started_unix_ms == status.started_unix_ms => {
+        let t = match self.tracked.entry(pid) {
+            Entry::Occupied(o) if o.get().started_unix_ms == status.started_unix_ms => {
+                let t = o.into_mut();
                 t.dir = dir.to_path_buf();
                 if t.silent {
                     round
@@ -209,65 +307,39 @@ impl Broker {
                         .push(format!("broker: pid {pid} ({}) answers again", t.label));
                     t.silent = false;
                 }
-                let secs = now.duration_since(t.since.1).as_secs_f64();
-                if status.budget_bytes != t.since.0.budget_bytes {
-                    // Refaults measured under another budget say nothing about this one:
-                    // start measuring again from here. A curve measured lower down says
-                    // what the memory added since then saves.
-                    if let Some(c) = t.curve.take() {
-                        if t.measured_at < status.budget_bytes {
-                            t.below = Some((t.measured_at, c));
-                        }
-                    }
-                    if t.below
-                        .as_ref()
-                        .is_some_and(|(b, _)| *b >= status.budget_bytes)
-                    {
-                        t.below = None;
-                    }
-                    t.since = (status.clone(), now);
-                } else if secs >= 0.2 {
-                    // An idle process (no fault at all) loses nothing by giving memory back.
-                    if status.faults() == t.since.0.faults() {
-                        t.below = None;
-                    }
-                    t.curve = Some(UtilityCurve::between(
-                        &t.since.0,
-                        status,
-                        secs,
-                        step,
-                        CURVE_POINTS,
-                    ));
-                    t.measured_at = status.budget_bytes;
-                    t.since = (status.clone(), now);
-                }
+                t.ram.observe(status, now, step);
                 t.budget = status.budget_bytes;
+                t
             }
-            _ => {
+            entry => {
                 let label = process_label(pid, &status.program);
                 round.lines.push(format!(
                     "broker: following pid {pid} ({label}), budget {}",
                     format_bytes(status.budget_bytes)
                 ));
-                self.tracked.insert(
-                    pid,
-                    Tracked {
-                        label,
-                        dir: dir.to_path_buf(),
-                        started_unix_ms: status.started_unix_ms,
-                        since: (status.clone(), now),
-                        curve: None,
-                        measured_at: 0,
-                        below: None,
-                        budget: status.budget_bytes,
-                        silent: false,
-                    },
-                );
+                let tracked = Tracked {
+                    label,
+                    dir: dir.to_path_buf(),
+                    started_unix_ms: status.started_unix_ms,
+                    ram: CurveHistory::new(status.clone(), now),
+                    budget: status.budget_bytes,
+                    images: BTreeMap::new(),
+                    silent: false,
+                };
+                match entry {
+                    Entry::Occupied(mut o) => {
+                        // The same pid, another process (the old one exited meanwhile).
+                        o.insert(tracked);
+                        o.into_mut()
+                    }
+                    Entry::Vacant(v) => v.insert(tracked),
+                }
             }
-        }
+        };
+        t.observe_images(pid, status, now, step, round);
     }
 
-    /// A process did not answer: a known one's budget stays reserved.
+    /// A process did not answer: a known one's budget and image cache limits stay reserved.
     fn silent(&mut self, dir: &Path, pid: u32, e: &ControlError, round: &mut Round) {
         match self.tracked.entry(pid) {
             Entry::Vacant(v) => {
@@ -280,11 +352,9 @@ impl Broker {
                     label: "?".into(),
                     dir: dir.to_path_buf(),
                     started_unix_ms: 0,
-                    since: (ProcessStatus::default(), Instant::now()),
-                    curve: None,
-                    measured_at: 0,
-                    below: None,
+                    ram: CurveHistory::new(ProcessStatus::default(), Instant::now()),
                     budget: 0,
+                    images: BTreeMap::new(),
                     silent: true,
                 });
             }
@@ -294,7 +364,7 @@ impl Broker {
                     round.lines.push(format!(
                         "broker: pid {pid} ({}) does not answer ({e}); it keeps its {}",
                         t.label,
-                        format_bytes(t.budget)
+                        t.holding()
                     ));
                     t.silent = true;
                 }
@@ -302,9 +372,12 @@ impl Broker {
         }
     }
 
-    /// The claimant for a process that answered, with its bounds and curve.
-    fn claimant(&self, pid: u32, status: &ProcessStatus) -> Claimant {
-        let t = &self.tracked[&pid];
+    /// The claimants of a process that answered, with their bounds and curves: its budget,
+    /// and each of its images that has a cache limit.
+    fn claimants(&self, pid: u32, status: &ProcessStatus) -> Vec<Claimant> {
+        let Some(t) = self.tracked.get(&pid) else {
+            return Vec::new();
+        };
         let guest: u64 = status
             .regions
             .iter()
@@ -330,21 +403,48 @@ impl Broker {
             .unwrap_or(if guest > 0 { guest } else { o.limits.total })
             .min(o.host_ram)
             .max(min);
-        Claimant {
-            pid,
+        let mut out = vec![Claimant {
+            key: ClaimantKey::Ram(pid),
             current: status.budget_bytes,
             min,
             max,
             weight,
-            curve: t.curve.clone(),
-            below: t
-                .below
-                .as_ref()
-                .map(|(b, c)| (status.budget_bytes.saturating_sub(*b), c.clone())),
+            curve: t.ram.curve().cloned(),
+            below: t.ram.below(status.budget_bytes),
+        }];
+        let image_min = o.image_min.max(MIN_IMAGE_CACHE_BYTES);
+        let image_max = o
+            .image_max
+            .unwrap_or(o.limits.total)
+            .min(o.host_ram)
+            .max(image_min);
+        for image in &status.images {
+            let (Some(limit), Some(tracked)) = (image.cache_limit_bytes, t.images.get(&image.path))
+            else {
+                continue;
+            };
+            // Only proportional mode weighs; the image's size, as guest RAM's size for a
+            // budget.
+            let weight = if o.mode == Mode::Proportional {
+                image_size(pid, &image.path).unwrap_or(limit)
+            } else {
+                limit
+            };
+            out.push(Claimant {
+                key: ClaimantKey::ImageCache(pid, image.path.clone()),
+                current: limit,
+                min: image_min,
+                max: image_max,
+                weight: weight.max(1),
+                curve: tracked.history.curve().cloned(),
+                below: tracked.history.below(limit),
+            });
         }
+        out
     }
 
-    /// Sets the changed budgets: shrinks first; a growth only from memory actually freed.
+    /// Sets the changed budgets and limits: shrinks first; a growth only from memory actually
+    /// freed.
     fn apply(
         &mut self,
         allocations: &[Allocation],
@@ -357,39 +457,50 @@ impl Broker {
         order.sort_by_key(|a| a.to > a.from);
         for a in order {
             let grows = a.to > a.from;
+            let pid = a.key.pid();
             if grows && held - a.from + a.to > total {
                 round.lines.push(format!(
-                    "broker: pid {}: not growing to {}: a shrink it needed failed",
-                    a.pid,
+                    "broker: {}: not growing to {}: a shrink it needed failed",
+                    a.key,
                     format_bytes(a.to)
                 ));
                 continue;
             }
-            let label = self
-                .tracked
-                .get(&a.pid)
-                .map_or("", |t| t.label.as_str())
-                .to_string();
-            let chunk = answered
-                .iter()
-                .find(|(p, _)| *p == a.pid)
-                .map_or(1, |(_, s)| s.chunk_size);
-            let line = format!(
-                "broker: pid {} ({label}): budget {} -> {} ({})",
-                a.pid,
-                format_bytes(a.from),
-                format_bytes(a.to),
-                describe(&a.reason, a, self.options.mode)
-            );
+            let label = self.label(pid).to_string();
+            let (from, to) = (format_bytes(a.from), format_bytes(a.to));
+            let mode = self.options.mode;
+            let line = match &a.key {
+                ClaimantKey::Ram(_) => format!(
+                    "broker: pid {pid} ({label}): budget {from} -> {to} ({})",
+                    describe(&a.reason, a, mode, "page-ins")
+                ),
+                ClaimantKey::ImageCache(_, path) => format!(
+                    "broker: pid {pid} ({label}) image {path}: cache {from} -> {to} ({})",
+                    describe(&a.reason, a, mode, "image reads")
+                ),
+            };
             if self.options.dry_run {
+                // As if it were set, so the growths it makes room for are shown too.
+                held = held - a.from + a.to;
                 round.lines.push(format!("{line} [dry run]"));
                 continue;
             }
-            match self.set_budget(a.pid, a.to, chunk) {
+            let chunk = answered
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map_or(1, |(_, s)| s.chunk_size);
+            match self.set(&a.key, a.to, chunk) {
                 Ok(()) => {
                     held = held - a.from + a.to;
-                    if let Some(t) = self.tracked.get_mut(&a.pid) {
-                        t.budget = a.to;
+                    if let Some(t) = self.tracked.get_mut(&pid) {
+                        match &a.key {
+                            ClaimantKey::Ram(_) => t.budget = a.to,
+                            ClaimantKey::ImageCache(_, path) => {
+                                if let Some(i) = t.images.get_mut(path) {
+                                    i.limit = a.to;
+                                }
+                            }
+                        }
                     }
                     round.lines.push(line);
                 }
@@ -398,19 +509,29 @@ impl Broker {
         }
     }
 
-    /// Sets one budget, checked by the same rules as `memvisor set`.
-    fn set_budget(&self, pid: u32, bytes: u64, chunk: u64) -> Result<(), BrokerError> {
+    /// Sets one budget or image cache limit, checked by the same rules as `memvisor set`.
+    fn set(&self, key: &ClaimantKey, bytes: u64, chunk: u64) -> Result<(), BrokerError> {
         let rules = SetRules {
             host_ram_bytes: self.options.host_ram,
             chunk_bytes: chunk,
         };
-        rules.check_budget(bytes)?;
+        let pid = key.pid();
         // Where its status came from this round (only processes that answered get a budget).
         let dir = match self.tracked.get(&pid) {
             Some(t) => t.dir.clone(),
             None => socket_dir::find_socket_dir(pid),
         };
-        ControlClient::connect(&dir, pid)?.set(Some(bytes), None)?;
+        match key {
+            ClaimantKey::Ram(_) => {
+                rules.check_budget(bytes)?;
+                ControlClient::connect(&dir, pid)?.set(Some(bytes), None)?;
+            }
+            ClaimantKey::ImageCache(_, path) => {
+                rules.check_image_cache(bytes)?;
+                ControlClient::connect(&dir, pid)?
+                    .set_image_cache(Some(bytes), Some(path.clone()))?;
+            }
+        }
         Ok(())
     }
 
@@ -433,28 +554,42 @@ impl Broker {
     }
 }
 
-/// The reason part of a decision's log line.
-fn describe(reason: &Reason, a: &Allocation, mode: Mode) -> String {
+/// The size of the image at `path` as process `pid` sees it (through its root, in case it
+/// runs in another mount namespace), if it can be read.
+fn image_size(pid: u32, path: &str) -> Option<u64> {
+    let through_root = Path::new("/proc")
+        .join(pid.to_string())
+        .join("root")
+        .join(path.trim_start_matches('/'));
+    std::fs::metadata(through_root)
+        .or_else(|_| std::fs::metadata(path))
+        .ok()
+        .map(|m| m.len())
+}
+
+/// The reason part of a decision's log line; `waits`: what the curve's time is spent in
+/// (`page-ins`, `image reads`).
+fn describe(reason: &Reason, a: &Allocation, mode: Mode, waits: &str) -> String {
     let delta = a.to.abs_diff(a.from);
     match reason {
         Reason::Unchanged => format!("{mode}"),
         Reason::Share => format!("{mode} share"),
         Reason::Bounds => "brought within its minimum and maximum".into(),
         Reason::Fit { saved } => format!(
-            "fit the total: -{}, its next step saved {saved:.1} ms/s of page-ins",
+            "fit the total: -{}, its next step saved {saved:.1} ms/s of {waits}",
             format_bytes(delta)
         ),
         Reason::Gain { saved, toward } if *toward > delta => format!(
-            "utility: +{} toward +{}, which saves {saved:.1} ms/s of page-ins",
+            "utility: +{} toward +{}, which saves {saved:.1} ms/s of {waits}",
             format_bytes(delta),
             format_bytes(*toward)
         ),
         Reason::Gain { saved, .. } => format!(
-            "utility: +{} saves {saved:.1} ms/s of page-ins",
+            "utility: +{} saves {saved:.1} ms/s of {waits}",
             format_bytes(delta)
         ),
         Reason::Donor { saved } => format!(
-            "utility: -{} for others, its next step saved {saved:.1} ms/s of page-ins",
+            "utility: -{} for others, its next step saved {saved:.1} ms/s of {waits}",
             format_bytes(delta)
         ),
     }

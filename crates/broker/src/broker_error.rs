@@ -13,13 +13,13 @@ pub enum BrokerError {
         /// Why it is refused.
         reason: String,
     },
-    /// The minimums of the processes do not fit the total.
-    #[error("the minimum budgets ({minimums} bytes over {processes} processes) exceed the total ({total} bytes)")]
+    /// The minimums of the claimants (budgets and image caches) do not fit the total.
+    #[error("the minimum budgets and image caches ({minimums} bytes over {claimants} claimants) exceed the total ({total} bytes)")]
     MinimumsExceedTotal {
         /// Sum of the minimums.
         minimums: u64,
-        /// Processes counted.
-        processes: usize,
+        /// Claimants counted (a budget per process, a limit per image).
+        claimants: usize,
         /// The total to divide.
         total: u64,
     },

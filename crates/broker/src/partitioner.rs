@@ -1,22 +1,26 @@
-//! [`partition`]: divides one memory total among processes, as a [`Mode`] says, within
-//! [`Limits`]: each process's minimum and maximum, a step, hysteresis and a rate limit.
+//! [`partition`]: divides one memory total among claimants, as a [`Mode`] says, within
+//! [`Limits`]: each claimant's minimum and maximum, a step, hysteresis and a rate limit. A
+//! claimant ([`ClaimantKey`]) is a process's budget or the host cache limit of one of its
+//! disk images; the partitioner treats both alike (their curves are in the same unit, time
+//! the program waits), so "budget" below stands for either.
 //!
-//! * `static`: equal shares; `proportional`: shares in proportion to each process's weight
-//!   (its guest RAM size). Both by water-filling: a share below a minimum or above a maximum
-//!   is pinned there and the rest is divided again.
-//! * `utility`: by page-in time saved ([`UtilityCurve`]), in three phases. *Fit*: if the budgets
-//!   exceed the total, the processes whose next step saves the least give steps back. *Give*:
-//!   memory nobody holds goes, step by step, to the process whose curve promises the most
-//!   page-in time saved per byte, with utility-based partitioning's lookahead (Qureshi and Patt,
+//! * `static`: equal shares; `proportional`: shares in proportion to each claimant's weight
+//!   (a process's guest RAM size, an image's size). Both by water-filling: a share below a
+//!   minimum or above a maximum is pinned there and the rest is divided again.
+//! * `utility`: by waiting time saved ([`UtilityCurve`]), in three phases. *Fit*: if the
+//!   budgets exceed the total, the claimants whose next step saves the least give steps back.
+//!   *Give*: memory nobody holds goes, step by step, to the claimant whose curve promises the
+//!   most time saved per byte, with utility-based partitioning's lookahead (Qureshi and Patt,
 //!   MICRO 2006) so a cliff beyond a flat stretch is seen. *Exchange*: memory moves from the
-//!   process that loses least to the one that gains most, while the gain per byte beats the
-//!   loss per byte by a margin. A pager measures only what *more* memory would save (refaults
-//!   of evicted chunks), so a donor's loss is estimated from its curve at its current budget
-//!   and from the last curve measured when its budget was lower ([`Claimant::below`]: what
-//!   the top of its budget saves; a working set that just fits refaults nothing above it):
-//!   the broker climbs the hill a step at a time, as Cliffhanger does with shadow queues
-//!   (Cidon et al., NSDI 2016), and a donor that starts to refault wins its memory back at the
-//!   next decision. The rate limit bounds what one decision moves.
+//!   claimant that loses least to the one that gains most, while the gain per byte beats the
+//!   loss per byte by a margin. A pager (or an image's cache model) measures only what *more*
+//!   memory would save (refaults of evicted chunks or blocks), so a donor's loss is estimated
+//!   from its curve at its current budget and from the last curve measured when its budget
+//!   was lower ([`Claimant::below`]: what the top of its budget saves; a working set that just
+//!   fits refaults nothing above it): the broker climbs the hill a step at a time, as
+//!   Cliffhanger does with shadow queues (Cidon et al., NSDI 2016), and a donor that starts to
+//!   refault wins its memory back at the next decision. The rate limit bounds what one
+//!   decision moves.
 //!
 //! Budgets change only by at least the hysteresis (except to fit the total or the bounds),
 //! and no decision leaves the sum of budgets above the total.
@@ -25,6 +29,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::broker_error::BrokerError;
+use crate::claimant_key::ClaimantKey;
 use crate::utility_curve::UtilityCurve;
 
 /// How the total is divided.
@@ -63,18 +68,18 @@ impl fmt::Display for Mode {
     }
 }
 
-/// One process competing for memory.
+/// One claimant of memory: a process's budget, or one of its images' cache limits.
 #[derive(Debug, Clone)]
 pub struct Claimant {
-    /// Its process id.
-    pub pid: u32,
-    /// Its budget now.
+    /// What memory it stands for.
+    pub key: ClaimantKey,
+    /// Its budget (or cache limit) now.
     pub current: u64,
     /// The least it may get.
     pub min: u64,
     /// The most it may get.
     pub max: u64,
-    /// Its weight in `proportional` mode (guest RAM size).
+    /// Its weight in `proportional` mode (guest RAM size, image size).
     pub weight: u64,
     /// What more memory saves it (`utility` mode; `None`: not measured yet, counted as
     /// saving nothing).
@@ -153,11 +158,11 @@ pub enum Reason {
     },
 }
 
-/// One process's budget after a decision.
+/// One claimant's budget after a decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
-    /// Its process id.
-    pub pid: u32,
+    /// The claimant.
+    pub key: ClaimantKey,
     /// Its budget before.
     pub from: u64,
     /// Its budget after.
@@ -176,7 +181,7 @@ pub fn partition(
     for c in claimants {
         if c.min > c.max {
             return Err(BrokerError::Option {
-                option: format!("limits of pid {}", c.pid),
+                option: format!("limits of {}", c.key),
                 reason: format!("minimum {} exceeds maximum {}", c.min, c.max),
             });
         }
@@ -185,7 +190,7 @@ pub fn partition(
     if minimums > limits.total {
         return Err(BrokerError::MinimumsExceedTotal {
             minimums,
-            processes: claimants.len(),
+            claimants: claimants.len(),
             total: limits.total,
         });
     }
@@ -278,7 +283,7 @@ fn toward_targets(limits: &Limits, claimants: &[Claimant], targets: &[u64]) -> V
                 (base, Reason::Unchanged)
             };
             Allocation {
-                pid: c.pid,
+                key: c.key.clone(),
                 from: c.current,
                 to,
                 reason,
@@ -486,7 +491,7 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
         .iter()
         .enumerate()
         .map(|(i, c)| Allocation {
-            pid: c.pid,
+            key: c.key.clone(),
             from: c.current,
             to: to[i],
             reason: if to[i] == c.current {
@@ -517,7 +522,7 @@ mod tests {
 
     fn claimant(pid: u32, current: u64, curve: Option<UtilityCurve>) -> Claimant {
         Claimant {
-            pid,
+            key: ClaimantKey::Ram(pid),
             current,
             min: 64 * M,
             max: 1024 * M,
@@ -571,6 +576,30 @@ mod tests {
         cs[1].min = 600 * M;
         let a = partition(Mode::Static, &limits(960 * M), &cs).unwrap();
         assert_eq!(budgets(&a), vec![176, 600, 176]);
+    }
+
+    #[test]
+    fn an_image_cache_claims_beside_the_budgets() {
+        // A process's budget, idle, and its image's cache limit, whose hot set is 64 MiB
+        // more than it.
+        let mut cache = claimant(1, 16 * M, Some(knee(30.0, 4)));
+        cache.key = ClaimantKey::ImageCache(1, "/a.img".into());
+        cache.min = 4 * M;
+        let cs = vec![claimant(1, 256 * M, Some(knee(0.0, 0))), cache];
+        let a = partition(Mode::Utility, &limits(512 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![256, 80], "the cache up to its knee");
+        assert_eq!(a[1].key, ClaimantKey::ImageCache(1, "/a.img".into()));
+        assert!(matches!(a[1].reason, Reason::Gain { saved, .. } if saved == 120.0));
+        // Static: a share each.
+        let a = partition(Mode::Static, &limits(512 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![256, 256]);
+        // Minimums count the caches too; a bad bound names the image.
+        let mut bad = cs.clone();
+        bad[1].min = 2048 * M;
+        let e = partition(Mode::Utility, &limits(1 << 40), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pid 1 image /a.img"), "{e}");
     }
 
     #[test]
@@ -810,7 +839,7 @@ mod tests {
                     let steps = next(40) as usize;
                     let curve = (next(4) > 0).then(|| knee(next(200) as f64, steps));
                     Claimant {
-                        pid: i as u32,
+                        key: ClaimantKey::Ram(i as u32),
                         current: next(80) * 16 * M,
                         min,
                         max,

@@ -9,8 +9,12 @@
 //! is divided among its regions in proportion to their weight, so `x` more bytes for the
 //! process give each region `x` times its share of the budget; the process curve adds the
 //! regions' curves at those sizes, interpolating linearly inside a bucket.
+//!
+//! An image's host cache limit has a curve of its own ([`UtilityCurve::image_between`]), in the
+//! same unit: its CAR model counts the block misses that a larger limit would have saved, by
+//! distance, and each is worth what one miss cost the program's reads over the interval.
 
-use memvisor_control::{ProcessStatus, RefaultStatus, RegionStatus};
+use memvisor_control::{ImageStatus, ProcessStatus, RefaultStatus};
 
 /// Page-ins per second that more budget would save, at evenly spaced extra sizes.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,13 +76,55 @@ impl UtilityCurve {
                 r.page_in_nanos as f64 / r.page_ins.max(1) as f64 / 1e6
             };
             let share = r.budget_bytes as f64 / budget;
-            let delta = refault_delta(old, r);
+            let delta = refault_delta(old.map(|o| &o.refaults), &r.refaults);
             for (k, s) in saved.iter_mut().enumerate() {
                 let extra = (k + 1) as f64 * step as f64 * share;
                 *s += interpolated(&delta, extra) * cost_ms / seconds;
             }
         }
         Self::from_points(step, &saved, page_ins)
+    }
+
+    /// The curve of an image's host cache limit between snapshots `before` and `after` of its
+    /// status, `seconds` apart, at `points` points `step` apart: the block misses each extra
+    /// limit would have saved (`cache_refaults`, interpolated inside a bucket) per second, times
+    /// what one miss cost the program's reads over the interval (over the image's life if no
+    /// timed read missed in it; nothing if none ever did). `page_ins` counts its misses per
+    /// second. A model started afresh since `before` (its limit lifted and set again) counts
+    /// from zero.
+    pub fn image_between(
+        before: &ImageStatus,
+        after: &ImageStatus,
+        seconds: f64,
+        step: u64,
+        points: usize,
+    ) -> Self {
+        let step = step.max(1);
+        let seconds = seconds.max(1e-3);
+        let fresh_model = after.cache_misses < before.cache_misses;
+        let old_refaults = (!fresh_model).then_some(&before.cache_refaults);
+        let misses =
+            after
+                .cache_misses
+                .saturating_sub(if fresh_model { 0 } else { before.cache_misses });
+        let timed = after
+            .cache_timed_misses
+            .saturating_sub(before.cache_timed_misses);
+        let nanos = after
+            .cache_miss_read_nanos
+            .saturating_sub(before.cache_miss_read_nanos);
+        let cost_ms = if timed > 0 {
+            nanos as f64 / timed as f64 / 1e6
+        } else if after.cache_timed_misses > 0 {
+            after.cache_miss_read_nanos as f64 / after.cache_timed_misses as f64 / 1e6
+        } else {
+            0.0
+        };
+        let delta = refault_delta(old_refaults, &after.cache_refaults);
+        let saved: Vec<f64> = (1..=points)
+            .map(|k| interpolated(&delta, k as f64 * step as f64) * cost_ms / seconds)
+            .collect();
+        Self::from_points(step, &saved, misses as f64 / seconds)
     }
 
     /// Milliseconds of page-in time per second that `extra` more bytes would save (linear
@@ -136,11 +182,9 @@ impl UtilityCurve {
 
 /// `after`'s refault counts minus `before`'s, bucket by bucket (all of `after` if the buckets
 /// changed or `before` is absent).
-fn refault_delta(before: Option<&RegionStatus>, after: &RegionStatus) -> RefaultStatus {
-    let a = &after.refaults;
-    let b = before
-        .map(|r| &r.refaults)
-        .filter(|b| b.unit_bytes == a.unit_bytes && b.sub_buckets == a.sub_buckets);
+fn refault_delta(before: Option<&RefaultStatus>, after: &RefaultStatus) -> RefaultStatus {
+    let a = after;
+    let b = before.filter(|b| b.unit_bytes == a.unit_bytes && b.sub_buckets == a.sub_buckets);
     RefaultStatus {
         unit_bytes: a.unit_bytes,
         sub_buckets: a.sub_buckets,
@@ -183,6 +227,7 @@ fn interpolated(curve: &RefaultStatus, extra: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memvisor_control::RegionStatus;
 
     /// A region whose page-ins cost 1 ms each.
     fn region(name: &str, budget: u64, page_ins: u64, refaults: Vec<u64>) -> RegionStatus {
@@ -270,5 +315,94 @@ mod tests {
             vec![5.0, 5.0],
             "made non-decreasing"
         );
+    }
+
+    /// An image's cache status with 4 KiB blocks: `misses` block misses, `timed` of them in
+    /// reads that took `nanos` in all, and refault counts by bucket.
+    fn image(misses: u64, timed: u64, nanos: u64, refaults: Vec<u64>) -> ImageStatus {
+        ImageStatus {
+            path: "/var/lib/a.img".into(),
+            cache_limit_bytes: Some(4 << 20),
+            cache_misses: misses,
+            cache_timed_misses: timed,
+            cache_miss_read_nanos: nanos,
+            cache_refaults: RefaultStatus {
+                unit_bytes: 4096,
+                sub_buckets: 16,
+                refaults,
+                beyond: 0,
+                evicted_bytes: 0,
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_image_cache_saves_its_refaults_at_the_cost_of_a_miss() {
+        // 32 one-block buckets (128 KiB), then 16 per doubling.
+        let before = image(100, 100, 100_000_000, vec![0; 40]);
+        let mut refaults = vec![0; 40];
+        // 16 KiB more would have saved 200; bucket 35 (152 to 160 KiB more) holds 400.
+        refaults[3] = 200;
+        refaults[35] = 400;
+        // 1000 misses in 2 s, 500 of them in timed reads that took 1 s: 2 ms each.
+        let after = image(1100, 600, 1_100_000_000, refaults);
+        let c = UtilityCurve::image_between(&before, &after, 2.0, 64 << 10, 4);
+        assert_eq!(c.page_ins, 500.0, "misses per second");
+        // +64K and +128K: the 200 (400 ms over 2 s); +192K: all 600 (1200 ms in 2 s).
+        assert_eq!(c.saved, vec![200.0, 200.0, 600.0, 600.0]);
+    }
+
+    #[test]
+    fn an_image_cache_without_timed_misses_uses_its_life_or_saves_nothing() {
+        let before = image(100, 50, 100_000_000, vec![0; 4]);
+        let after = image(200, 50, 100_000_000, vec![0, 100, 0, 0]);
+        // No timed miss in the interval: 2 ms each over the image's life.
+        let c = UtilityCurve::image_between(&before, &after, 1.0, 8 << 10, 1);
+        assert_eq!(c.saved, vec![200.0]);
+        // Never timed: what a miss costs is unknown, so nothing is saved.
+        let never = |s: &ImageStatus| ImageStatus {
+            cache_timed_misses: 0,
+            cache_miss_read_nanos: 0,
+            ..s.clone()
+        };
+        let c = UtilityCurve::image_between(&never(&before), &never(&after), 1.0, 8 << 10, 1);
+        assert_eq!((c.saved.clone(), c.page_ins), (vec![0.0], 100.0));
+    }
+
+    #[test]
+    fn a_fresh_image_model_counts_from_zero() {
+        // The limit was lifted and set again: the model's counters started over.
+        let before = image(5000, 10, 10_000_000, vec![900, 0]);
+        let after = image(30, 20, 20_000_000, vec![30, 0]);
+        let c = UtilityCurve::image_between(&before, &after, 1.0, 4096, 1);
+        assert_eq!((c.saved.clone(), c.page_ins), (vec![30.0], 30.0));
+    }
+
+    #[test]
+    fn a_recorded_image_cache_shows_its_hot_set_past_the_limit() {
+        // Two status answers, 1.007 s apart, of `tests/c/image_broker_workload.c` looping over
+        // the first 24 MiB of a 64 MiB image under `memvisor run --image-cache 4M`: every miss
+        // is a refault 19 to 20 MiB away (the hot set less the limit); a miss cost 8.05 us.
+        let recorded: Vec<ProcessStatus> = include_str!("../testdata/image_hot_24m_under_4m.jsonl")
+            .lines()
+            .map(
+                |l| match memvisor_control::protocol::decode_response(l.as_bytes()) {
+                    Ok(memvisor_control::Response::Status { status, .. }) => *status,
+                    other => panic!("not a recorded status: {other:?}"),
+                },
+            )
+            .collect();
+        let seconds = (recorded[1].at_unix_ms - recorded[0].at_unix_ms) as f64 / 1000.0;
+        assert_eq!(seconds, 1.007);
+        let (before, after) = (&recorded[0].images[0], &recorded[1].images[0]);
+        let c = UtilityCurve::image_between(before, after, seconds, 4 << 20, 8);
+        assert_eq!(c.page_ins.round(), 103297.0, "misses per second");
+        assert!(c.saved[..4].iter().all(|&s| s == 0.0), "{:?}", c.saved);
+        assert!((c.saved[4] - 832.04).abs() < 0.01, "{:?}", c.saved);
+        assert_eq!(c.saved[7], c.saved[4], "flat past the hot set");
+        // The lookahead climbs straight to the cliff.
+        let (x, g) = c.best_step(0, 64 << 20).expect("a step worth taking");
+        assert_eq!((x, g.round()), (20 << 20, 832.0));
     }
 }

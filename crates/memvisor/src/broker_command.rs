@@ -1,11 +1,14 @@
 //! `memvisor broker`: divides one memory total among every process under memvisor on this
-//! host, one decision per interval, until interrupted (or once, with `--once`).
+//! host (their budgets, and the host cache limits of their disk images that have one), one
+//! decision per interval, until interrupted (or once, with `--once`).
 
 use std::time::Duration;
 
 use clap::Args;
 use memvisor_broker::{Broker, BrokerError, BrokerOptions, Limits, Mode, ProcessLimit};
-use memvisor_control::{format_bytes, interrupt, parse_duration, ByteSize, MetricsServer};
+use memvisor_control::{
+    format_bytes, interrupt, parse_duration, ByteSize, MetricsServer, MIN_IMAGE_CACHE_BYTES,
+};
 
 use crate::host_memory::mem_total_bytes;
 
@@ -16,17 +19,19 @@ pub struct BrokerArgs {
     /// for the host itself).
     #[arg(long, value_name = "SIZE|PCT")]
     total: String,
-    /// How: `static` (equal shares), `proportional` (to guest RAM size) or `utility` (by the
-    /// page-in time more memory saves each process, measured from its refault curve).
+    /// How: `static` (equal shares), `proportional` (to guest RAM size, image size for an
+    /// image cache) or `utility` (by the time more memory saves each process's page-ins or
+    /// image reads, measured from its refault curves).
     #[arg(long, default_value = "utility", value_name = "MODE")]
     mode: String,
     /// Time between decisions (curves are measured over it).
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     interval: String,
-    /// Budgets move in multiples of this.
+    /// Budgets and image cache limits move in multiples of this.
     #[arg(long, default_value = "16M", value_name = "SIZE")]
     step: String,
-    /// The most one decision moves (utility) or changes one budget (static, proportional).
+    /// The most one decision moves (utility) or changes one budget or limit (static,
+    /// proportional).
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     max_change: String,
     /// Changes smaller than this are not made (except to fit the total or a bound).
@@ -38,18 +43,28 @@ pub struct BrokerArgs {
     /// Most budget of a process (default: its guest RAM, else the total).
     #[arg(long, value_name = "SIZE")]
     max: Option<String>,
-    /// Bounds of one process, by pid or name (QEMU's `-name guest=NAME`, else the program's
-    /// name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins.
+    /// Bounds of one process's budget, by pid or name (QEMU's `-name guest=NAME`, else the
+    /// program's name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins. Image
+    /// caches have --image-min and --image-max.
     #[arg(long = "limit", value_name = "NAME=MIN:MAX")]
     limits: Vec<String>,
-    /// Utility: a move must save at least this many milliseconds of page-in time per second...
+    /// Least host cache limit of a disk image (at least 1M). Only images that have a limit
+    /// (`memvisor run --image-cache`, `memvisor set --image-cache`) are divided with the
+    /// budgets; the others are left to the kernel.
+    #[arg(long, default_value = "16M", value_name = "SIZE")]
+    image_min: String,
+    /// Most host cache limit of a disk image (default: the total).
+    #[arg(long, value_name = "SIZE")]
+    image_max: Option<String>,
+    /// Utility: a move must save at least this many milliseconds of waiting (page-ins, image
+    /// reads) per second...
     #[arg(long, default_value_t = 1.0, value_name = "RATE")]
     min_gain: f64,
     /// ...and save per byte more than the donor loses per byte by this factor (0.5: 50%).
     #[arg(long, default_value_t = 0.5, value_name = "FACTOR")]
     margin: f64,
-    /// Serve the split and every process's curve for Prometheus at `[ADDR:]PORT` (loopback
-    /// unless --metrics-allow-remote).
+    /// Serve the split and every curve (budgets' and image caches') for Prometheus at
+    /// `[ADDR:]PORT` (loopback unless --metrics-allow-remote).
     #[arg(long, value_name = "[ADDR:]PORT")]
     metrics: Option<String>,
     /// Allow --metrics on a non-loopback address.
@@ -58,7 +73,7 @@ pub struct BrokerArgs {
     /// One decision, then exit.
     #[arg(long)]
     once: bool,
-    /// Decide and log, but change no budget.
+    /// Decide and log, but change no budget or image cache limit.
     #[arg(long)]
     dry_run: bool,
 }
@@ -129,6 +144,27 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
             "less than --min",
         ));
     }
+    let image_min = size("--image-min", &args.image_min)?;
+    if image_min < MIN_IMAGE_CACHE_BYTES {
+        return Err(refuse(
+            format!("--image-min {}", args.image_min),
+            &format!(
+                "at least {} (the smallest image cache limit)",
+                format_bytes(MIN_IMAGE_CACHE_BYTES)
+            ),
+        ));
+    }
+    let image_max = args
+        .image_max
+        .as_deref()
+        .map(|m| size("--image-max", m))
+        .transpose()?;
+    if image_max.is_some_and(|m| m < image_min) {
+        return Err(refuse(
+            format!("--image-max {}", args.image_max.as_deref().unwrap_or("")),
+            "less than --image-min",
+        ));
+    }
     let process_limits = args
         .limits
         .iter()
@@ -147,6 +183,8 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
         min,
         max,
         process_limits,
+        image_min,
+        image_max,
         host_ram,
         dry_run: args.dry_run,
     };
@@ -190,7 +228,7 @@ pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
     }
     interrupt::install();
     broker.run(interval, interrupt::requested)?;
-    println!("broker: stopped; every process keeps its budget");
+    println!("broker: stopped; every process keeps its budget and image cache limits");
     Ok(())
 }
 
@@ -218,6 +256,9 @@ mod tests {
         assert_eq!(o.mode, Mode::Utility);
         assert_eq!(interval, Duration::from_secs(5));
         assert_eq!((o.limits.step, o.min, o.max), (16 << 20, 64 << 20, None));
+        assert_eq!((o.image_min, o.image_max), (16 << 20, None));
+        let (o, _) = parse("--total 1G --image-min 4M --image-max 256M").unwrap();
+        assert_eq!((o.image_min, o.image_max), (4 << 20, Some(256 << 20)));
         let (o, _) = parse("--total 2G --mode static --limit vm1=128M:1G --max 1G").unwrap();
         assert_eq!(o.mode, Mode::Static);
         assert_eq!(o.process_limits.len(), 1);
@@ -240,6 +281,15 @@ mod tests {
             ("--total 1G --limit vm1", "--limit vm1"),
             ("--total 1G --margin=-1", "--margin -1"),
             ("--total 1G --min-gain=NaN", "--min-gain NaN"),
+            (
+                "--total 1G --image-min 512K",
+                "--image-min 512K: at least 1M (the smallest image cache limit)",
+            ),
+            ("--total 1G --image-min 5%", "--image-min 5%: a size"),
+            (
+                "--total 1G --image-min 64M --image-max 32M",
+                "--image-max 32M: less than --image-min",
+            ),
         ] {
             let e = parse(line).unwrap_err();
             assert!(e.contains(want), "{line}: {e}");

@@ -48,8 +48,9 @@ enum Command {
     /// Live-migrate a QEMU under memvisor to a destination QEMU under memvisor, moving guest
     /// memory pager to pager (swapped pages straight from swap, never faulted in).
     Migrate(migrate_command::MigrateArgs),
-    /// Divide one memory total among every process under memvisor on this host (static,
-    /// proportional, or by the page-in time more memory saves each), one decision per interval.
+    /// Divide one memory total among the budgets and image cache limits of every process under
+    /// memvisor on this host (static, proportional, or by the waiting time more memory saves
+    /// each), one decision per interval.
     Broker(broker_command::BrokerArgs),
 }
 

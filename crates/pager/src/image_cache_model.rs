@@ -70,8 +70,9 @@ impl ImageCacheModel {
             block,
             limit,
             car: Car::new(capacity),
-            // Distances up to eight times the limit or the image, whichever is smaller.
-            history: RefaultHistory::new(units, scale, limit.saturating_mul(8).min(file_len)),
+            // Distances up to the image's size (at most 2 * 16 + 16 * 18 buckets: the image has
+            // at most 2^18 blocks), whatever the limit is later set to.
+            history: RefaultHistory::new(units, scale, file_len.max(block)),
             hits: 0,
             misses: 0,
         }

@@ -321,3 +321,27 @@ fn adopts_an_empty_memfd_and_refuses_others() {
     .unwrap_err();
     assert!(e.to_string().contains("not a memfd"), "{e}");
 }
+
+/// A budget that covers the region whole leaves no headroom to keep free: asynchronous page-out
+/// never evicts (a pager that did would only fault the pages back, as QEMU's guest RAM under a
+/// budget of its size did with every read into it).
+#[test]
+fn a_region_within_its_budget_never_pages_out() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for page_out in PAGE_OUTS {
+        let r = region_with(dir.path(), 16, 16, ResolveMode::Copy, page_out);
+        fill_all(&r);
+        for _ in 0..3 {
+            verify(&r, &[]);
+        }
+        let s = r.stats();
+        assert_eq!(
+            (s.page_outs, s.page_ins, s.resident_chunks),
+            (0, 0, 16),
+            "{page_out:?}: {s:?}"
+        );
+    }
+}

@@ -191,7 +191,9 @@ impl FaultHandler {
 
     /// After a page-in, with an engine: evicts until `headroom` chunks' worth of pages of the
     /// budget (at most a quarter of it) are free, counting pages being written as free soon,
-    /// with at most the engine's depth of chunks being written.
+    /// with at most the engine's depth of chunks being written. No more is kept free than the
+    /// region could ever bring in beyond its budget: a region whose budget covers it whole
+    /// never evicts for headroom (it would only evict pages it then faults back).
     pub(super) fn keep_headroom(&mut self) {
         self.keep_headroom_for(0, None);
     }
@@ -205,7 +207,8 @@ impl FaultHandler {
         let budget = self.budget_pages;
         let ppc = self.chunks.pages_per_chunk();
         // In whole chunks, a quarter of the budget's at most (none under 4 chunks).
-        let headroom = self.page_out_options.headroom.min(budget / ppc / 4) * ppc;
+        let headroom = (self.page_out_options.headroom.min(budget / ppc / 4) * ppc)
+            .min(self.chunks.region_pages().saturating_sub(budget));
         let target = budget - headroom;
         while self.chunks.resident_total() - self.chunks.writing_pages() + incoming > target
             && self.chunks.writing() < depth

@@ -115,6 +115,11 @@ impl ChunkTable {
         self.states.len()
     }
 
+    /// How many pages the region has.
+    pub fn region_pages(&self) -> usize {
+        self.region_pages
+    }
+
     /// Pages per chunk.
     pub fn pages_per_chunk(&self) -> usize {
         self.pages_per_chunk
