@@ -26,6 +26,8 @@ use crate::memory_cgroup::{group_name, MemoryCgroup};
 pub enum CacheVariant {
     /// Nothing limits it.
     Unlimited,
+    /// Under `memvisor run` without a limit: what the interposition costs.
+    MemvisorNoLimit,
     /// The process in a memory cgroup of guest RAM + slack + this many bytes of cache.
     Kernel(u64),
     /// `memvisor run --image-cache` this many bytes.
@@ -37,6 +39,7 @@ impl CacheVariant {
     pub fn name(&self) -> String {
         match self {
             Self::Unlimited => "unlimited".into(),
+            Self::MemvisorNoLimit => "memvisor, no limit".into(),
             Self::Kernel(b) => format!("kernel {}M", b >> 20),
             Self::Memvisor(b) => format!("memvisor {}M", b >> 20),
         }
@@ -166,15 +169,16 @@ fn run_one(
             _group = Some(g);
             c
         }
-        CacheVariant::Memvisor(cache) => {
+        CacheVariant::Memvisor(_) | CacheVariant::MemvisorNoLimit => {
             let mut c = Command::new(&config.memvisor);
             c.env("MEMVISOR_CONTROL_DIR", &ctl)
                 .arg("run")
                 .arg("--budget")
-                .arg((w.ram_bytes + (64 << 20)).to_string())
-                .arg("--image-cache")
-                .arg(cache.to_string())
-                .arg("--swap-dir")
+                .arg((w.ram_bytes + (64 << 20)).to_string());
+            if let CacheVariant::Memvisor(cache) = variant {
+                c.arg("--image-cache").arg(cache.to_string());
+            }
+            c.arg("--swap-dir")
                 .arg(&config.work_dir)
                 .arg("--")
                 .arg(&config.exe)

@@ -18,6 +18,11 @@
 //! next adjacent range the guest reads, so sequential small reads drop their folios once
 //! covered. Where `cachestat(2)` is refused (Linux before 6.5, or a file the process can
 //! neither write nor owns) nothing is dropped, with one message per image.
+//!
+//! Either mode can also hold the image's cache to a limit ([`crate::image_cache_limit`]): its
+//! CAR model sees every access that goes through the host cache (in `exclusive` mode, not the
+//! reads into guest RAM, whose blocks leave the cache and the model; a demoted block enters
+//! both).
 
 use std::io;
 use std::os::fd::RawFd;

@@ -9,7 +9,9 @@
 //! saw: its readahead beyond a read, pages cached before memvisor started, reads the library
 //! does not interpose. So every [`RECONCILE_EVERY`] and every [`reconcile_slack`] of accesses,
 //! when `cachestat(2)` shows the image holding more than the limit plus the slack, every clean
-//! page outside the model's blocks is dropped: the host cache then holds what the model holds.
+//! page outside the model's blocks is dropped: the host cache then holds what the model holds,
+//! and what the kernel read ahead of recent sequential streams ([`STREAM_GUARD`] after each),
+//! which they read next (dropping it made a scan read its blocks twice).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,6 +29,14 @@ pub const RECONCILE_EVERY: Duration = Duration::from_millis(200);
 const MAX_UNCLEAN: usize = 256;
 /// Most victim ranges remembered because a large folio straddled an end.
 const MAX_STRADDLING: usize = 64;
+/// Sequential streams followed, so that reconciliation spares what the kernel read ahead of
+/// them.
+const MAX_STREAMS: usize = 8;
+/// Bytes after a stream's last access that reconciliation leaves alone (the kernel's readahead
+/// for it, which the stream reads next).
+pub const STREAM_GUARD: u64 = 4 << 20;
+/// An access at least this long starts a stream (a smaller one only continues one).
+const STREAM_START: u64 = 64 << 10;
 
 /// How far above the limit the host cache may be before a reconciliation: an eighth of the
 /// limit, at least 1 MiB (kernel readahead around the model's blocks).
@@ -66,6 +76,8 @@ struct Limited {
     last_check: Option<Instant>,
     /// Bytes accessed since the last comparison.
     since_check: u64,
+    /// Where recent sequential streams end, most recent last.
+    streams: Vec<u64>,
 }
 
 /// One image's cache limit: no limit until [`CacheLimit::set`].
@@ -97,13 +109,32 @@ struct Work {
 }
 
 impl Limited {
+    /// An access of `[off, off + len)`: continues the stream that ended at `off`, or starts
+    /// one if it is long.
+    fn follow_stream(&mut self, off: u64, len: u64) {
+        let end = off.saturating_add(len);
+        if let Some(i) = self.streams.iter().position(|&e| e == off) {
+            self.streams.remove(i);
+        } else if len < STREAM_START {
+            return;
+        }
+        if self.streams.len() >= MAX_STREAMS {
+            self.streams.remove(0);
+        }
+        self.streams.push(end);
+    }
+
     /// Merges each victim range with the straddling ranges it overlaps or touches.
+    /// A remembered range may hold blocks the model took in again since: the merged range is
+    /// cut around them (a folio holding one is not dropped, as the kernel would not anyway).
     fn merge_straddling(&mut self, victims: &mut Victims) {
         if self.straddling.is_empty() {
             return;
         }
-        for (o, l) in victims.iter_mut() {
-            let (mut s, mut e) = (*o, *o + *l);
+        let mut out = Victims::with_capacity(victims.len());
+        for &(o, l) in victims.iter() {
+            let (mut s, mut e) = (o, o + l);
+            let mut merged = false;
             while let Some(i) = self
                 .straddling
                 .iter()
@@ -111,9 +142,29 @@ impl Limited {
             {
                 let (so, sl) = self.straddling.remove(i);
                 (s, e) = (s.min(so), e.max(so + sl));
+                merged = true;
             }
-            (*o, *l) = (s, e - s);
+            if !merged {
+                out.push((o, l));
+                continue;
+            }
+            let block = self.model.block_bytes();
+            let mut from = s;
+            let mut b = s / block * block;
+            while b < e {
+                if self.model.holds(b) {
+                    if b > from {
+                        out.push((from, b - from));
+                    }
+                    from = b + block;
+                }
+                b += block;
+            }
+            if e > from {
+                out.push((from, e - from));
+            }
         }
+        *victims = out;
     }
 }
 
@@ -153,6 +204,7 @@ impl CacheLimit {
                         straddling: Vec::new(),
                         last_check: None,
                         since_check: 0,
+                        streams: Vec::new(),
                     });
                     work.check = true;
                 }
@@ -173,6 +225,7 @@ impl CacheLimit {
             let mut work = Work::default();
             let misses = l.model.figures_misses();
             l.model.access(off, len, &mut work.victims);
+            l.follow_stream(off, len);
             let missed = l.model.figures_misses() - misses;
             if missed > 0 && read_nanos > 0 {
                 self.miss_read_nanos
@@ -245,7 +298,7 @@ impl CacheLimit {
             .map_err(|e| ("cachestat(2)", e))?
             .nr_cache
             * page();
-        let (held, block) = {
+        let kept = {
             let state = self.state();
             let Some(l) = state.as_ref() else {
                 return Ok(());
@@ -254,16 +307,30 @@ impl CacheLimit {
             if cached <= limit.saturating_add(reconcile_slack(limit)) {
                 return Ok(());
             }
-            (l.model.held_blocks(), l.model.block_bytes())
+            // The model's blocks, and the readahead of recent streams.
+            let block = l.model.block_bytes();
+            let mut kept: Vec<(u64, u64)> = l
+                .model
+                .held_blocks()
+                .into_iter()
+                .map(|b| (b, b + block))
+                .collect();
+            kept.extend(
+                l.streams
+                    .iter()
+                    .map(|&e| (e, e.saturating_add(STREAM_GUARD))),
+            );
+            kept.sort_unstable();
+            kept
         };
         self.reconciliations.fetch_add(1, Ordering::Relaxed);
         let mut out = DropOutcome::default();
         let mut from = 0u64;
-        for b in held {
-            if b > from {
-                drop_clean(fd, from, b - from, &mut out)?;
+        for (s, e) in kept {
+            if s > from {
+                drop_clean(fd, from, s - from, &mut out)?;
             }
-            from = b + block;
+            from = from.max(e);
         }
         // To the end of the file (and beyond, harmlessly, if it grows meanwhile).
         let end = u64::MAX / 2 / page() * page();

@@ -166,6 +166,11 @@ impl ImageCacheModel {
         v
     }
 
+    /// Whether the model holds the block at byte `off`.
+    pub fn holds(&self, off: u64) -> bool {
+        self.car.contains(off / self.block)
+    }
+
     /// Block accesses that missed so far.
     pub fn figures_misses(&self) -> u64 {
         self.misses

@@ -121,7 +121,8 @@ macro_rules! pwrite_entry {
 }
 
 pwrite_entry!(
-    /// `pwrite(2)`: a write to an image first ends the associations it overlaps.
+    /// `pwrite(2)`: a write to an image first ends the associations it overlaps, and is told
+    /// to the image's cache limit after.
     pwrite
 );
 pwrite_entry!(
@@ -167,7 +168,8 @@ macro_rules! pwritev_entry {
 }
 
 pwritev_entry!(
-    /// `pwritev(2)`: a write to an image first ends the associations it overlaps.
+    /// `pwritev(2)`: a write to an image first ends the associations it overlaps, and is told
+    /// to the image's cache limit after.
     pwritev
 );
 pwritev_entry!(

@@ -117,7 +117,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
             reason: "must be a power of two (1G, 512M)".into(),
         });
     }
-    let mut variants = vec![CacheVariant::Unlimited];
+    let mut variants = vec![CacheVariant::Unlimited, CacheVariant::MemvisorNoLimit];
     for c in &cli.cache {
         let b = size("--cache", c)?;
         variants.push(CacheVariant::Kernel(b));
