@@ -2,10 +2,10 @@
 //! VMM-like program (`tests/c/image_cache_workload.c`) under `memvisor run --image-cache 8M`:
 //! it streams a 64 MiB disk image into memfd "guest RAM" twice, re-reads a hot 4 MiB ten
 //! times, keeps 1 MiB of the image dirty, and reads into other memory. The image's host cache
-//! (`cachestat(2)`) stays within the limit plus the reconciliation slack, the model hits on the
-//! hot part, dirty pages are never dropped and guest RAM holds the image's bytes; `memvisor
-//! set --image-cache` changes the limit of the running program, refuses bad values in one line,
-//! and lifts it.
+//! (`cachestat(2)`) stays within the limit plus twice the reconciliation slack, the model hits
+//! on the hot part, dirty pages are never dropped and guest RAM holds the image's bytes;
+//! `memvisor set --image-cache` changes the limit of the running program, refuses bad values
+//! in one line, and lifts it.
 
 mod common;
 
@@ -91,9 +91,11 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     let cached = || cachestat(image.as_fd(), 0, 0).unwrap();
     assert_eq!(s.cache_limit_bytes, Some(8 * MIB), "{s:?}");
     assert_eq!(s.cache_model_bytes, 8 * MIB, "{s:?}");
-    // Within the limit, the reconciliation slack (1 MiB) and the dirty MiB.
+    // Within the limit, twice the reconciliation slack (1 MiB: what a reconciliation leaves,
+    // readahead after streams included, and what accesses add until the next) and the dirty
+    // MiB.
     let c = cached();
-    assert!(c.nr_cache * PAGE <= 10 * MIB, "{c:?} {s:?}");
+    assert!(c.nr_cache * PAGE <= 11 * MIB, "{c:?} {s:?}");
     assert_eq!(s.cached_bytes, c.nr_cache * PAGE, "{s:?}");
     // Two streams of 64 MiB missed; nine of the ten passes over the hot 4 MiB hit.
     assert!(s.cache_misses >= 2 * 64 * MIB / PAGE, "{s:?}");
@@ -142,7 +144,10 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     assert_eq!(s.cache_limit_bytes, Some(16 * MIB), "{s:?}");
     assert_eq!(s.cache_model_bytes, 16 * MIB, "{s:?}");
     let c = cached();
-    assert!(c.nr_cache * PAGE <= 16 * MIB + 2 * MIB + MIB, "{c:?} {s:?}");
+    assert!(
+        c.nr_cache * PAGE <= 16 * MIB + 2 * 2 * MIB + MIB,
+        "{c:?} {s:?}"
+    );
 
     // Lifted: the model goes, the status says so.
     let o = set(&ctl, &pid, &["--image-cache", "none"]);

@@ -10,8 +10,9 @@
 //! does not interpose. So every [`RECONCILE_EVERY`] and every [`reconcile_slack`] of accesses,
 //! when `cachestat(2)` shows the image holding more than the limit plus the slack, every clean
 //! page outside the model's blocks is dropped: the host cache then holds what the model holds,
-//! and what the kernel read ahead of recent sequential streams ([`STREAM_GUARD`] after each),
-//! which they read next (dropping it made a scan read its blocks twice).
+//! and what the kernel read ahead of recent sequential streams (up to [`STREAM_GUARD`] after
+//! each, the slack in all), which they read next (dropping it made a scan read its blocks
+//! twice). Between two comparisons the cache may grow by up to another slack of accesses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -32,8 +33,9 @@ const MAX_STRADDLING: usize = 64;
 /// Sequential streams followed, so that reconciliation spares what the kernel read ahead of
 /// them.
 const MAX_STREAMS: usize = 8;
-/// Bytes after a stream's last access that reconciliation leaves alone (the kernel's readahead
-/// for it, which the stream reads next).
+/// Most bytes after a stream's last access that reconciliation leaves alone (the kernel's
+/// readahead for it, which the stream reads next); all streams together get at most the
+/// slack, so that a reconciliation still brings the cache within the limit plus the slack.
 pub const STREAM_GUARD: u64 = 4 << 20;
 /// An access at least this long starts a stream (a smaller one only continues one).
 const STREAM_START: u64 = 64 << 10;
@@ -315,11 +317,8 @@ impl CacheLimit {
                 .into_iter()
                 .map(|b| (b, b + block))
                 .collect();
-            kept.extend(
-                l.streams
-                    .iter()
-                    .map(|&e| (e, e.saturating_add(STREAM_GUARD))),
-            );
+            let guard = (reconcile_slack(limit) / l.streams.len().max(1) as u64).min(STREAM_GUARD);
+            kept.extend(l.streams.iter().map(|&e| (e, e.saturating_add(guard))));
             kept.sort_unstable();
             kept
         };
@@ -509,5 +508,34 @@ mod tests {
         let mut b = [0u8; PG as usize];
         f.read_exact_at(&mut b, 5 * PG).unwrap();
         assert_eq!(b, [0x5A; PG as usize]);
+    }
+
+    #[test]
+    fn reconciliation_spares_the_readahead_of_a_stream() {
+        // 8 MiB image, 1 MiB limit (slack 1 MiB): one stream gets a 1 MiB guard.
+        let f = file(2048);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(256 * PG), 2048 * PG).unwrap();
+        // A 64 KiB read starts a stream at page 0..16.
+        let mut b = vec![0u8; (16 * PG) as usize];
+        f.read_exact_at(&mut b, 0).unwrap();
+        lim.accessed(fd, 0, 16 * PG, 0).unwrap();
+        // The kernel "reads ahead" 512 pages the model never sees.
+        let mut p = [0u8; PG as usize];
+        for q in 17..529 {
+            f.read_exact_at(&mut p, q * PG).unwrap();
+        }
+        // The stream goes on (page 16): the next comparison finds 2 MiB + over 1 + 1 MiB.
+        std::thread::sleep(RECONCILE_EVERY);
+        read_pages(&f, &lim, 16..17);
+        let s = lim.stats();
+        assert_eq!(s.reconciliations, 1, "{s:?}");
+        // The model's 17 pages and the 1 MiB after the stream's end stay; the rest went.
+        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
+        assert_eq!(cachestat(fd, 17 * PG, 256 * PG).unwrap().nr_cache, 256);
+        assert_eq!(cachestat(fd, 273 * PG, 256 * PG).unwrap().nr_cache, 0);
     }
 }
