@@ -512,4 +512,41 @@ mod tests {
             assert!(!io.is_stored(2) && io.page_crc(2, 0).is_none());
         }
     }
+
+    /// More writes in flight than the io_uring completion queue holds (a ring of one entry
+    /// has two completion slots): every one of them is still reaped, without another
+    /// submission to flush the completions the kernel kept aside.
+    #[test]
+    fn more_writes_than_the_completion_queue_holds_are_all_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = RegionConfig::new(16 * CS, CS, dir.path())
+            .chunk_size(CS)
+            .page_out(PageOut::IoUring(1))
+            .resolve(ResolveMode::Copy);
+        let mut io = match SwapIo::create(&config, "t", "test", 16, 16 * CS) {
+            Ok(io) => io,
+            Err(e) => {
+                eprintln!("io_uring unavailable ({e}): skipped");
+                return;
+            }
+        };
+        let mut data: Vec<Mapping> = (0..16).map(|c| filled(c as u8)).collect();
+        for (c, m) in data.iter_mut().enumerate() {
+            // SAFETY: every mapping lives and is unchanged until all writes are reaped below.
+            unsafe { io.start_write(c, 0, bytes(m)) }.unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut chunks = Vec::new();
+        while chunks.len() < 16 && std::time::Instant::now() < deadline {
+            let mut done = io.reap_writes(false);
+            for d in done.drain(..) {
+                d.result.as_ref().unwrap();
+                chunks.push(d.chunk);
+            }
+            io.recycle(done);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        chunks.sort_unstable();
+        assert_eq!(chunks, (0..16).collect::<Vec<_>>(), "writes never reaped");
+    }
 }

@@ -117,19 +117,29 @@ impl UringWriter {
             self.unsubmitted = self.ring.submit().is_err();
         }
         out.append(&mut self.failed);
-        for cqe in self.ring.completion() {
-            let id = cqe.user_data();
-            let Some(i) = self.in_flight.iter().position(|w| w.id == id) else {
-                continue;
-            };
-            let w = self.in_flight.swap_remove(i);
-            let result = transfer_result(cqe.result(), w.len, Transfer::Write).map(|()| w.crcs);
-            out.push(WriteDone {
-                chunk: w.chunk,
-                first_page: w.first_page,
-                pages: w.len / crate::swap_file::DIRECT_ALIGN,
-                result,
-            });
+        loop {
+            for cqe in self.ring.completion() {
+                let id = cqe.user_data();
+                let Some(i) = self.in_flight.iter().position(|w| w.id == id) else {
+                    continue;
+                };
+                let w = self.in_flight.swap_remove(i);
+                let result = transfer_result(cqe.result(), w.len, Transfer::Write).map(|()| w.crcs);
+                out.push(WriteDone {
+                    chunk: w.chunk,
+                    first_page: w.first_page,
+                    pages: w.len / crate::swap_file::DIRECT_ALIGN,
+                    result,
+                });
+            }
+            // More writes in flight than the completion queue holds: the kernel keeps the
+            // completions that did not fit (IORING_SQ_CQ_OVERFLOW) until an `io_uring_enter`
+            // with GETEVENTS moves them into the queue, which `submit` makes when the flag is
+            // set. Without it, a handler waiting for those writes waited forever (seen as a
+            // hung fault with 4 writes per chunk in flight on a ring of 4).
+            if !self.ring.submission().cq_overflow() || self.ring.submit().is_err() {
+                break;
+            }
         }
     }
 

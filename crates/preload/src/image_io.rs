@@ -27,7 +27,8 @@
 //! * A limit on the image's host cache ([`memvisor_pager::image_cache_limit`], `memvisor run
 //!   --image-cache`, the control socket's `set_image_cache`): once the file is an image, its
 //!   reads (into guest RAM or not, timed) and its positional writes ([`accessed`]) go through
-//!   its CAR model, whose victims leave the host cache. `O_DIRECT` I/O is not told.
+//!   its CAR model, whose victims leave the host cache. `O_DIRECT` I/O outside guest RAM is
+//!   not told; `O_DIRECT` reads into guest RAM still are (nothing is cached to drop).
 //!
 //! Not seen: `aio=native` (`io_submit`) and `aio=io_uring` requests, which the kernel completes
 //! without a library call, and plain `write`/`writev` at the file position. Their reads into
