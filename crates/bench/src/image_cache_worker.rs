@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use memvisor_trace::WorkloadSpec;
 
 use crate::bench_error::BenchError;
+use crate::counters::field;
 
 /// Bytes per block of the image (one Zipf read).
 pub const BLOCK: u64 = 4096;
@@ -49,14 +50,7 @@ pub struct ImageWorkload {
 
 /// The device bytes this process read so far (`/proc/self/io` `read_bytes`).
 fn storage_read_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("read_bytes:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    std::fs::read_to_string("/proc/self/io").map_or(0, |t| field(&t, "read_bytes:"))
 }
 
 /// Guest RAM: a shared memfd mapping (`memory-backend-memfd`).

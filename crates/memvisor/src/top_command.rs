@@ -96,13 +96,7 @@ pub fn render_frame(
             Some(b) if s.at_unix_ms > b.at_unix_ms => {
                 let secs = (s.at_unix_ms - b.at_unix_ms) as f64 / 1000.0;
                 let step = (s.budget_bytes / 8).max(4096);
-                let c = UtilityCurve::between(b, s, secs, step, 4);
-                format!(
-                    "{:.0} {:.0} {:.0}",
-                    c.saved_with(step),
-                    c.saved_with(2 * step),
-                    c.saved_with(4 * step)
-                )
+                curve_cells(&UtilityCurve::between(b, s, secs, step, 4), step)
             }
             _ => "-".into(),
         };
@@ -140,6 +134,16 @@ pub fn render_frame(
     out
 }
 
+/// The `ms/s saved +1/8 +1/4 +1/2` cell: what `step`, twice and four times it would save.
+fn curve_cells(c: &UtilityCurve, step: u64) -> String {
+    format!(
+        "{:.0} {:.0} {:.0}",
+        c.saved_with(step),
+        c.saved_with(2 * step),
+        c.saved_with(4 * step)
+    )
+}
+
 /// A row under its process per image with a host cache limit: the limit (budget column), what
 /// the host caches of it (resident), model misses per second (faults/s) and the limit's curve
 /// (ms/s of the program's reads a limit larger by 1/8, 1/4, 1/2 would save).
@@ -160,15 +164,7 @@ fn image_rows(s: &ProcessStatus, before: Option<&ProcessStatus>) -> Vec<Vec<Stri
                 let secs = (s.at_unix_ms - b.at_unix_ms) as f64 / 1000.0;
                 let step = (limit / 8).max(4096);
                 let c = UtilityCurve::image_between(i, img, secs, step, 4);
-                (
-                    format!("{:.0}", c.page_ins),
-                    format!(
-                        "{:.0} {:.0} {:.0}",
-                        c.saved_with(step),
-                        c.saved_with(2 * step),
-                        c.saved_with(4 * step)
-                    ),
-                )
+                (format!("{:.0}", c.page_ins), curve_cells(&c, step))
             }
             None => ("-".into(), "-".into()),
         };

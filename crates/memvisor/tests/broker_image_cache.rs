@@ -8,7 +8,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::{Arc, Mutex};
@@ -22,19 +21,6 @@ const MIB: u64 = 1 << 20;
 const TOTAL: u64 = 96 * MIB;
 /// The part of the image the program reads over and over.
 const HOT: u64 = 24 * MIB;
-
-/// A 64 MiB image as the C program expects, synced and dropped from the host page cache.
-fn write_image(path: &Path) {
-    let data: Vec<u8> = (0..(64 * MIB) as usize)
-        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
-        .collect();
-    std::fs::write(path, data).unwrap();
-    let f = std::fs::File::open(path).unwrap();
-    f.sync_all().unwrap();
-    // SAFETY: plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(r, 0);
-}
 
 /// A program under `memvisor run`, started and READY.
 struct Managed {
@@ -151,7 +137,7 @@ fn broker_grows_an_image_cache_to_its_hot_set_within_the_total() {
     let reader = compile_c("image_broker_workload", tmp.path());
     let idle = compile_c("broker_workload", tmp.path());
     let image = tmp.path().join("disk.img");
-    write_image(&image);
+    write_uncached_image(&image, 64);
     let ctl = tmp.path().join("ctl");
     let swap = tmp.path().to_str().unwrap();
     let a = Managed::start(

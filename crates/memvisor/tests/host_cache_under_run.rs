@@ -8,9 +8,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsFd, AsRawFd};
-use std::process::{ChildStdout, Stdio};
+use std::io::{BufReader, Write};
+use std::os::fd::AsFd;
+use std::process::Stdio;
 
 use common::*;
 use memvisor_control::ImageStatus;
@@ -19,40 +19,15 @@ use memvisor_pager::{cachestat, CacheStat};
 const MIB: u64 = 1 << 20;
 const PAGE: u64 = 4096;
 
-/// The image the C program expects, synced and then dropped from the host page cache.
+/// The image the C program expects, not in the host page cache.
 fn write_image(path: &std::path::Path, mib: u64) -> std::fs::File {
-    let data: Vec<u8> = (0..(mib * MIB) as usize)
-        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
-        .collect();
-    std::fs::write(path, data).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    f.sync_all().unwrap();
-    // SAFETY: plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(r, 0);
+    let f = write_uncached_image(path, mib);
     assert_eq!(cachestat(f.as_fd(), 0, 0).unwrap().nr_cache, 0);
     f
 }
 
 fn cached(f: &std::fs::File, from: u64, to: u64) -> CacheStat {
     cachestat(f.as_fd(), from, to - from).unwrap()
-}
-
-fn next_line(out: &mut BufReader<ChildStdout>) -> String {
-    let mut l = String::new();
-    out.read_line(&mut l).unwrap();
-    assert!(!l.is_empty() && !l.starts_with("FAIL"), "program: {l:?}");
-    l
-}
-
-fn image_status(ctl: &std::path::Path, pid: &str) -> ImageStatus {
-    let st = stat_json(ctl, pid);
-    assert_eq!(st.images.len(), 1, "{st:?}");
-    st.images[0].clone()
 }
 
 /// Runs the program with `--host-cache mode`; `check_read` runs after the reads, `check_evicted`
@@ -81,15 +56,15 @@ fn run(
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let (pid, _) = wait_ready(&mut out);
-    let s = image_status(&ctl, &pid);
+    let s = only_image_status(&ctl, &pid);
     assert_eq!(s.host_cache, mode, "{s:?}");
     assert_eq!(s.guest_read_bytes, 16 * MIB + MIB - 200, "{s:?}");
     check_read(&image, s);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"go\n").unwrap();
     stdin.flush().unwrap();
-    assert_eq!(next_line(&mut out).trim(), "EVICTED");
-    check_evicted(&image, image_status(&ctl, &pid));
+    assert_eq!(next_program_line(&mut out).trim(), "EVICTED");
+    check_evicted(&image, only_image_status(&ctl, &pid));
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     let mut rest = String::new();

@@ -9,43 +9,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsFd, AsRawFd};
-use std::process::{ChildStdout, Stdio};
+use std::io::{BufReader, Write};
+use std::os::fd::AsFd;
+use std::process::Stdio;
 
 use common::*;
-use memvisor_control::ImageStatus;
 use memvisor_pager::cachestat;
 
 const MIB: u64 = 1 << 20;
 const PAGE: u64 = 4096;
-
-/// The image the C program expects, synced and dropped from the host page cache.
-fn write_image(path: &std::path::Path) -> std::fs::File {
-    let data: Vec<u8> = (0..(64 * MIB) as usize)
-        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
-        .collect();
-    std::fs::write(path, data).unwrap();
-    let f = std::fs::File::open(path).unwrap();
-    f.sync_all().unwrap();
-    // SAFETY: plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(r, 0);
-    f
-}
-
-fn next_line(out: &mut BufReader<ChildStdout>) -> String {
-    let mut l = String::new();
-    out.read_line(&mut l).unwrap();
-    assert!(!l.is_empty() && !l.starts_with("FAIL"), "program: {l:?}");
-    l
-}
-
-fn image_status(ctl: &std::path::Path, pid: &str) -> ImageStatus {
-    let st = stat_json(ctl, pid);
-    assert_eq!(st.images.len(), 1, "{st:?}");
-    st.images[0].clone()
-}
 
 /// `memvisor set PID ARGS...` with the test's control directory.
 fn set(ctl: &std::path::Path, pid: &str, args: &[&str]) -> std::process::Output {
@@ -65,7 +37,7 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let prog = compile_c("image_cache_workload", tmp.path());
     let path = tmp.path().join("disk.img");
-    let image = write_image(&path);
+    let image = write_uncached_image(&path, 64);
     let ctl = tmp.path().join("ctl");
     let mut child = memvisor(&ctl)
         .args([
@@ -87,7 +59,7 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let (pid, _) = wait_ready(&mut out);
-    let s = image_status(&ctl, &pid);
+    let s = only_image_status(&ctl, &pid);
     let cached = || cachestat(image.as_fd(), 0, 0).unwrap();
     assert_eq!(s.cache_limit_bytes, Some(8 * MIB), "{s:?}");
     assert_eq!(s.cache_model_bytes, 8 * MIB, "{s:?}");
@@ -131,7 +103,10 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
         !o.status.success() && e.contains("no image '/no/such.img'"),
         "{e}"
     );
-    assert_eq!(image_status(&ctl, &pid).cache_limit_bytes, Some(8 * MIB));
+    assert_eq!(
+        only_image_status(&ctl, &pid).cache_limit_bytes,
+        Some(8 * MIB)
+    );
 
     // A larger limit for this image, then one more stream.
     let o = set(&ctl, &pid, &["--image-cache", "16M", "--image", &s.path]);
@@ -139,8 +114,8 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"go\n").unwrap();
     stdin.flush().unwrap();
-    assert_eq!(next_line(&mut out).trim(), "DONE");
-    let s = image_status(&ctl, &pid);
+    assert_eq!(next_program_line(&mut out).trim(), "DONE");
+    let s = only_image_status(&ctl, &pid);
     assert_eq!(s.cache_limit_bytes, Some(16 * MIB), "{s:?}");
     assert_eq!(s.cache_model_bytes, 16 * MIB, "{s:?}");
     let c = cached();
@@ -152,7 +127,7 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     // Lifted: the model goes, the status says so.
     let o = set(&ctl, &pid, &["--image-cache", "none"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s = image_status(&ctl, &pid);
+    let s = only_image_status(&ctl, &pid);
     assert_eq!(
         (s.cache_limit_bytes, s.cache_model_bytes),
         (None, 0),

@@ -279,3 +279,38 @@ pub fn assert_within_budget(status: &ProcessStatus, at: impl std::fmt::Debug) {
         );
     }
 }
+
+/// A disk image of `mib` MiB holding byte `(o * 7 + (o >> 12)) & 0xff` at offset `o` (what the
+/// VMM-like C programs check), synced and dropped from the host page cache; open read-write.
+pub fn write_uncached_image(path: &Path, mib: u64) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let data: Vec<u8> = (0..(mib << 20) as usize)
+        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
+        .collect();
+    std::fs::write(path, data).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: plain system call on an open descriptor.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+    f
+}
+
+/// The next line a test program prints, which must not be empty (it exited) or a `FAIL`.
+pub fn next_program_line(out: &mut impl std::io::BufRead) -> String {
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    assert!(!l.is_empty() && !l.starts_with("FAIL"), "program: {l:?}");
+    l
+}
+
+/// The status of the one disk image process `pid` has read (`memvisor stat --json`).
+pub fn only_image_status(dir: &Path, pid: &str) -> memvisor_control::ImageStatus {
+    let st = stat_json(dir, pid);
+    assert_eq!(st.images.len(), 1, "{st:?}");
+    st.images[0].clone()
+}
