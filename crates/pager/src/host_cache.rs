@@ -14,10 +14,10 @@
 //! (the kernel drops clean, unmapped pages only), but it starts writeback of dirty pages,
 //! which the check spares the guest's `cache=writeback` data. Only whole pages are dropped,
 //! and the kernel drops only page-cache folios a range covers whole: a range that leaves
-//! clean pages behind (a large folio straddles its end) is remembered, and merged with the
-//! next adjacent range the guest reads, so sequential small reads drop their folios once
-//! covered. Where `cachestat(2)` is refused (Linux before 6.5, or a file the process can
-//! neither write nor owns) nothing is dropped, with one message per image.
+//! clean pages behind (a large folio straddles its end) is remembered (`StraddledDrops`), and
+//! merged with the next adjacent range the guest reads, so sequential small reads drop their
+//! folios once covered. Where `cachestat(2)` is refused (Linux before 6.5, or a file the
+//! process can neither write nor owns) nothing is dropped, with one message per image.
 //!
 //! Either mode can also hold the image's cache to a limit ([`crate::image_cache_limit`]): its
 //! CAR model sees every access that goes through the host cache (in `exclusive` mode, not the
@@ -32,6 +32,7 @@ use std::sync::Mutex;
 
 use crate::image_cache_limit::{CacheLimit, CacheLimitStats};
 use crate::page_cache_calls::{cachestat, drop_clean, fadvise, page, DropOutcome};
+use crate::straddled_drops::StraddledDrops;
 
 /// What memvisor does with the host page cache of the images a program reads into guest RAM.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,9 +87,6 @@ impl std::fmt::Display for HostCache {
     }
 }
 
-/// Ranges whose drop left clean pages behind, kept per image for merging.
-const MAX_PENDING: usize = 64;
-
 /// Counters of one image's host cache (cumulative bytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostCacheStats {
@@ -122,8 +120,8 @@ pub struct ImageHostCache {
     /// A message was printed (one per image).
     warned: AtomicBool,
     /// Page-aligned ranges the guest holds whose drop left clean pages (a folio straddling
-    /// an end), oldest first.
-    pending: Mutex<Vec<(u64, u64)>>,
+    /// an end).
+    pending: Mutex<StraddledDrops>,
     /// The limit on the image's host cache, if set.
     limit: CacheLimit,
 }
@@ -154,7 +152,7 @@ impl ImageHostCache {
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, StraddledDrops> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -176,24 +174,16 @@ impl ImageHostCache {
         }
         self.limit.removed(off, len);
         let pg = page();
-        let (mut s, mut e) = (off.next_multiple_of(pg), off.saturating_add(len) / pg * pg);
+        let (s, e) = (off.next_multiple_of(pg), off.saturating_add(len) / pg * pg);
         if e <= s {
             return;
         }
         let mut pending = self.pending();
         // Merge with the ranges it overlaps or touches: together they may cover a folio.
-        while let Some(i) = pending.iter().position(|&(ps, pe)| ps <= e && pe >= s) {
-            let (ps, pe) = pending.remove(i);
-            (s, e) = (s.min(ps), e.max(pe));
-        }
+        let (s, e) = pending.merge(s, e).unwrap_or((s, e));
         match self.drop_clean(fd, s, e - s) {
             Ok(0) => {}
-            Ok(_) => {
-                if pending.len() >= MAX_PENDING {
-                    pending.remove(0);
-                }
-                pending.push((s, e));
-            }
+            Ok(_) => pending.keep(s, e),
             Err((what, err)) => self.warn_once(path, what, &err),
         }
     }
@@ -226,25 +216,11 @@ impl ImageHostCache {
         if self.mode() != HostCache::Exclusive || len == 0 {
             return;
         }
-        {
-            // No longer held by the guest: never dropped by a later merge.
-            let end = off.saturating_add(len);
-            let mut pending = self.pending();
-            let mut kept = Vec::new();
-            pending.retain(|&(ps, pe)| {
-                if pe <= off || ps >= end {
-                    return true;
-                }
-                if ps < off {
-                    kept.push((ps, off));
-                }
-                if pe > end {
-                    kept.push((end.next_multiple_of(page()), pe));
-                }
-                false
-            });
-            pending.extend(kept.into_iter().filter(|r| r.1 > r.0));
-        }
+        // No longer held by the guest: never dropped by a later merge (up to the end of its
+        // last page; kept ranges start on a page).
+        let end = off.saturating_add(len);
+        let end = end.checked_next_multiple_of(page()).unwrap_or(end);
+        self.pending().forget(off, end);
         if !cached {
             if let Err(e) = fadvise(fd, off, len, libc::POSIX_FADV_WILLNEED) {
                 self.warn_once(path, "posix_fadvise(WILLNEED)", &e);

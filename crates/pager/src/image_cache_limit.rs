@@ -22,14 +22,13 @@ use crate::image_cache_model::{ImageCacheFigures, ImageCacheModel, Victims};
 use crate::page_cache_calls::{
     cachestat, drop_clean, page, start_writeback, CallError, DropOutcome,
 };
+use crate::straddled_drops::StraddledDrops;
 
 /// The host cache is compared with the model at least this often while the image is
 /// accessed, and also whenever the accesses since the last comparison add up to the slack.
 pub const RECONCILE_EVERY: Duration = Duration::from_millis(200);
 /// Most unclean victim ranges remembered for another try.
 const MAX_UNCLEAN: usize = 256;
-/// Most victim ranges remembered because a large folio straddled an end.
-const MAX_STRADDLING: usize = 64;
 /// Sequential streams followed, so that reconciliation spares what the kernel read ahead of
 /// them.
 const MAX_STREAMS: usize = 8;
@@ -72,9 +71,9 @@ struct Limited {
     /// Victim ranges kept because they were unclean, oldest first.
     unclean: Vec<(u64, u64)>,
     /// Victim ranges that left clean pages behind because a large folio straddled an end
-    /// (the kernel drops only folios a range covers whole), oldest first: merged with the
-    /// next adjacent victims, which together may cover the folio.
-    straddling: Vec<(u64, u64)>,
+    /// (the kernel drops only folios a range covers whole): merged with the next adjacent
+    /// victims, which together may cover the folio.
+    straddling: StraddledDrops,
     last_check: Option<Instant>,
     /// Bytes accessed since the last comparison.
     since_check: u64,
@@ -126,7 +125,8 @@ impl Limited {
         self.streams.push(end);
     }
 
-    /// Merges each victim range with the straddling ranges it overlaps or touches.
+    /// Merges each victim range with the straddling ranges it overlaps or touches
+    /// ([`StraddledDrops::merge`]).
     /// A remembered range may hold blocks the model took in again since: the merged range is
     /// cut around them (a folio holding one is not dropped, as the kernel would not anyway).
     fn merge_straddling(&mut self, victims: &mut Victims) {
@@ -135,21 +135,10 @@ impl Limited {
         }
         let mut out = Victims::with_capacity(victims.len());
         for &(o, l) in victims.iter() {
-            let (mut s, mut e) = (o, o + l);
-            let mut merged = false;
-            while let Some(i) = self
-                .straddling
-                .iter()
-                .position(|&(so, sl)| so <= e && so + sl >= s)
-            {
-                let (so, sl) = self.straddling.remove(i);
-                (s, e) = (s.min(so), e.max(so + sl));
-                merged = true;
-            }
-            if !merged {
+            let Some((s, e)) = self.straddling.merge(o, o + l) else {
                 out.push((o, l));
                 continue;
-            }
+            };
             let block = self.model.block_bytes();
             let mut from = s;
             let mut b = s / block * block;
@@ -203,7 +192,7 @@ impl CacheLimit {
                     *state = Some(Limited {
                         model: ImageCacheModel::new(bytes, file_len, page()),
                         unclean: Vec::new(),
-                        straddling: Vec::new(),
+                        straddling: StraddledDrops::default(),
                         last_check: None,
                         since_check: 0,
                         streams: Vec::new(),
@@ -284,7 +273,9 @@ impl CacheLimit {
         if !unclean.is_empty() || !straddling.is_empty() {
             if let Some(l) = self.state().as_mut() {
                 bounded_extend(&mut l.unclean, unclean, MAX_UNCLEAN);
-                bounded_extend(&mut l.straddling, straddling, MAX_STRADDLING);
+                for (o, len) in straddling {
+                    l.straddling.keep(o, o + len);
+                }
             }
         }
         if work.check {
