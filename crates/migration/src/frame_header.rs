@@ -7,7 +7,7 @@ use crate::migration_error::MigrationError;
 pub const FRAME_MAGIC: [u8; 3] = *b"MVm";
 /// Bytes in a frame header: magic (3), message type (1), payload length (u32 LE).
 pub const FRAME_HEADER_LEN: usize = 8;
-/// Bytes in a frame's tag: HMAC-SHA256 over sequence number, header and payload.
+/// Bytes in a frame's tag: keyed BLAKE3 over sequence number, header and payload.
 pub const FRAME_TAG_LEN: usize = 32;
 /// The longest payload a frame may carry: 4 MiB of page data plus 64 KiB for the message's
 /// fields and per-page checksums. A header announcing more is refused before allocating.

@@ -20,12 +20,15 @@
 //! source                                          destination
 //!   Hello{magic "MVMIGRAT", version u32, role 1, nonce_s[32]} ──►
 //!   ◄── Hello{magic, version, role 2, nonce_d[32]}   (both sent at once, 45 bytes each)
-//!   k_src_to_dst = HMAC-SHA256(key, "memvisor-migration v1 key source->destination" || nonce_s || nonce_d)
-//!   k_dst_to_src = HMAC-SHA256(key, "memvisor-migration v1 key destination->source" || nonce_s || nonce_d)
-//!   proof_s = HMAC(k_src_to_dst, "proof" || hello_s || hello_d) ──►
+//!   MAC(k, m) = BLAKE3 keyed hash of m under the 32-byte key k (protocol version 2; version 1
+//!   used HMAC-SHA256, four times as costly per byte)
+//!   root = BLAKE3 derive_key("memvisor-migration v2 2026-11-26 root key from the key file", key)
+//!   k_src_to_dst = MAC(root, "memvisor-migration v2 key source->destination" || nonce_s || nonce_d)
+//!   k_dst_to_src = MAC(root, "memvisor-migration v2 key destination->source" || nonce_s || nonce_d)
+//!   proof_s = MAC(k_src_to_dst, "proof" || hello_s || hello_d) ──►
 //!                                                 checks proof_s (constant time); if wrong,
 //!                                                 sends 32 refusal bytes, closes: KeyMismatch
-//!   ◄── proof_d = HMAC(k_dst_to_src, "proof" || hello_s || hello_d)
+//!   ◄── proof_d = MAC(k_dst_to_src, "proof" || hello_s || hello_d)
 //!   checks proof_d: KeyMismatch if wrong
 //! ```
 //!
@@ -37,7 +40,7 @@
 //! | 1 | message type ([`MessageKind`]) |
 //! | 4 | payload length, u32 LE, at most [`MAX_PAYLOAD`] (4 MiB + 64 KiB) |
 //! | length | payload ([`encode_payload`]) |
-//! | 32 | tag: HMAC-SHA256(direction key, sequence u64 LE ‖ header ‖ payload) |
+//! | 32 | tag: MAC(direction key, sequence u64 LE ‖ header ‖ payload) |
 //!
 //! Sequence numbers count frames per direction from 0 and are never sent, so a replayed,
 //! reordered, dropped or reflected frame fails its MAC ([`MigrationError::Integrity`]). The
@@ -77,8 +80,10 @@ mod message_kind;
 mod migration_error;
 mod migration_key;
 mod migration_progress;
+mod page_installer;
 mod payload_reader;
 mod rate_limiter;
+mod read_ahead;
 mod region_info;
 mod role;
 mod session_keys;
@@ -99,7 +104,9 @@ pub use message_kind::MessageKind;
 pub use migration_error::MigrationError;
 pub use migration_key::{MigrationKey, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use migration_progress::MigrationProgress;
+pub use page_installer::INSTALLS_WAITING;
 pub use rate_limiter::{RateLimiter, BURST_TIME};
+pub use read_ahead::READ_AHEAD_CHUNKS;
 pub use region_info::{
     RegionInfo, MAX_REGIONS, MAX_REGION_NAME_LEN, MAX_REGION_PAGE_SIZE, MIN_PAGE_SIZE,
 };

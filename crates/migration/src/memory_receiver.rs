@@ -21,6 +21,7 @@ use crate::message::Message;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
+use crate::page_installer::PageInstaller;
 use crate::role::Role;
 
 /// Time a connecting peer has to complete the handshake (a silent one holds the single
@@ -34,6 +35,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct MemoryReceiver<'a> {
     key: &'a MigrationKey,
     progress: &'a MigrationProgress,
+    thread_start: fn(),
 }
 
 /// What one accepted connection ended with.
@@ -43,9 +45,15 @@ enum Attempt {
 }
 
 impl<'a> MemoryReceiver<'a> {
-    /// A receiver checking peers with `key`, reporting to `progress`.
-    pub fn new(key: &'a MigrationKey, progress: &'a MigrationProgress) -> Self {
-        Self { key, progress }
+    /// A receiver checking peers with `key`, reporting to `progress`. Threads it starts (the
+    /// installs, [`PageInstaller`]) run `thread_start` first: the embedder's preparation of its
+    /// threads (the preload library's credential mirror).
+    pub fn new(key: &'a MigrationKey, progress: &'a MigrationProgress, thread_start: fn()) -> Self {
+        Self {
+            key,
+            progress,
+            thread_start,
+        }
     }
 
     /// Serves `listener` until one migration into `regions()` (asked anew for each attempt:
@@ -137,6 +145,20 @@ impl<'a> MemoryReceiver<'a> {
         }
         stream.send(&Message::Ready)?;
         self.progress.set_state("receiving");
+        std::thread::scope(|scope| {
+            let installer = PageInstaller::start(scope, self.progress, self.thread_start)?;
+            self.receive_rounds(stream, regions, installer)
+        })
+    }
+
+    /// Receives the rounds after `Ready` until `Finish`, handing pages and discards to
+    /// `installer`; answers `Finish` with `Done` once everything is installed.
+    fn receive_rounds(
+        &self,
+        stream: &mut MemoryStream<TcpStream>,
+        regions: &[Arc<Region>],
+        mut installer: PageInstaller<'_>,
+    ) -> Result<(), MigrationError> {
         let (mut pages, mut bytes) = (0u64, 0u64);
         loop {
             let message = stream.receive()?;
@@ -151,7 +173,8 @@ impl<'a> MemoryReceiver<'a> {
                     ..
                 } => {
                     let r = region_at(regions, region)?;
-                    let n = install(r, first_page, page_size, data, self.progress)?;
+                    let n = check_pages(r, first_page, page_size, data.len())?;
+                    installer.pages(r.clone(), first_page, page_size, data)?;
                     pages += n;
                     bytes += n * page_size as u64;
                     self.progress.add_pages(n);
@@ -164,12 +187,14 @@ impl<'a> MemoryReceiver<'a> {
                     let r = region_at(regions, region)?;
                     let pg = memvisor_pager::page_size() as u64;
                     let (offset, len) = page_range(r, first_page, n, pg)?;
-                    r.discard(offset, len)?;
+                    installer.discard(r.clone(), offset, len)?;
                     pages += n;
                     self.progress.add_zero_pages(n);
                 }
                 Message::RoundEnd { .. } => self.progress.round_done(),
                 Message::Finish => {
+                    // Done acknowledges pages installed, not only received.
+                    installer.finish()?;
                     stream.send(&Message::Done { pages, bytes })?;
                     self.progress
                         .set_wire_bytes(stream.bytes_sent() + stream.bytes_received());
@@ -212,10 +237,9 @@ fn check_regions(
     Ok(())
 }
 
-fn region_at(regions: &[Arc<Region>], index: u32) -> Result<&Region, MigrationError> {
+fn region_at(regions: &[Arc<Region>], index: u32) -> Result<&Arc<Region>, MigrationError> {
     regions
         .get(index as usize)
-        .map(|r| &**r)
         .ok_or_else(|| MigrationError::RegionMismatch {
             reason: format!(
                 "a message names region {index}, but there are {}",
@@ -239,22 +263,30 @@ fn page_range(r: &Region, first: u64, n: u64, page: u64) -> Result<(usize, usize
     Ok(((first * page) as usize, (n * page) as usize))
 }
 
-/// Installs `data` as pages `first..` of `r`, split at chunk boundaries; how many pages.
-fn install(
-    r: &Region,
-    first: u64,
-    page_size: u32,
-    data: Vec<u8>,
-    progress: &MigrationProgress,
-) -> Result<u64, MigrationError> {
+/// Checks that `len` bytes of `page_size`-byte pages from `first` fit region `r` and its page
+/// size; how many pages they are.
+fn check_pages(r: &Region, first: u64, page_size: u32, len: usize) -> Result<u64, MigrationError> {
     let pg = memvisor_pager::page_size();
     if page_size as usize != pg {
         return Err(MigrationError::RegionMismatch {
             reason: format!("{page_size}-byte pages received, this region has {pg}-byte pages"),
         });
     }
-    let n = (data.len() / pg) as u64;
+    let n = (len / pg) as u64;
     page_range(r, first, n, pg as u64)?;
+    Ok(n)
+}
+
+/// Installs `data` as pages `first..` of `r`, split at chunk boundaries; how many pages.
+pub(crate) fn install(
+    r: &Region,
+    first: u64,
+    page_size: u32,
+    data: Vec<u8>,
+    progress: &MigrationProgress,
+) -> Result<u64, MigrationError> {
+    let n = check_pages(r, first, page_size, data.len())?;
+    let pg = page_size as usize;
     let ppc = (r.chunk_size() / pg) as u64;
     if first % ppc + n <= ppc {
         // The usual case, one chunk: the message's buffer goes to the pager as it is.

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memvisor_pager::Region;
+use memvisor_pager::{MigrationPages, Region};
 
 use crate::memory_stream::MemoryStream;
 use crate::message::Message;
@@ -29,6 +29,7 @@ use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
 use crate::rate_limiter::RateLimiter;
+use crate::read_ahead::ReadAhead;
 use crate::region_info::RegionInfo;
 use crate::role::Role;
 
@@ -92,10 +93,14 @@ pub struct MemorySender<'a> {
     pages_sent: u64,
     /// Page bytes sent in all.
     bytes_sent: u64,
+    /// Run first by the threads the sender starts (round 0's read-ahead).
+    thread_start: fn(),
 }
 
 impl<'a> MemorySender<'a> {
-    /// Runs a whole source migration of `regions` to `to` on the calling thread.
+    /// Runs a whole source migration of `regions` to `to` on the calling thread. Threads it
+    /// starts for the migration (round 0's reads ahead) run `thread_start` first: the
+    /// embedder's preparation of its threads (the preload library's credential mirror).
     pub fn run(
         regions: &'a [Arc<Region>],
         to: SocketAddr,
@@ -103,11 +108,12 @@ impl<'a> MemorySender<'a> {
         options: SenderOptions,
         signals: &'a SenderSignals,
         progress: &'a MigrationProgress,
+        thread_start: fn(),
     ) -> Result<(), MigrationError> {
         progress.set_peer(to.to_string());
         progress.set_state("connecting");
-        let result =
-            Self::connect(regions, to, key, options, signals, progress).and_then(|mut sender| {
+        let result = Self::connect(regions, to, key, options, signals, progress, thread_start)
+            .and_then(|mut sender| {
                 let r = sender.migrate();
                 if let Err(e) = &r {
                     // Tell the destination why (it may already be gone).
@@ -140,6 +146,7 @@ impl<'a> MemorySender<'a> {
         options: SenderOptions,
         signals: &'a SenderSignals,
         progress: &'a MigrationProgress,
+        thread_start: fn(),
     ) -> Result<Self, MigrationError> {
         let io = |context: String| move |source| MigrationError::Io { context, source };
         let tcp = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
@@ -158,6 +165,7 @@ impl<'a> MemorySender<'a> {
             limiter: RateLimiter::new(options.max_bandwidth),
             pages_sent: 0,
             bytes_sent: 0,
+            thread_start,
         })
     }
 
@@ -235,18 +243,26 @@ impl<'a> MemorySender<'a> {
         Ok(())
     }
 
-    /// Round 0: every chunk holding data, in each region's order.
+    /// Round 0: every chunk holding data, in each region's order, read ahead of sending
+    /// ([`ReadAhead`]).
     fn round_zero(&mut self) -> Result<(), MigrationError> {
         let before = self.pages_sent;
+        let mut plan = Vec::new();
         for (ri, region) in self.regions.iter().enumerate() {
             let ppc = region.chunk_size() / memvisor_pager::page_size();
             let pages = region.len() / memvisor_pager::page_size();
             for c in region.migration_order()? {
-                self.check_cancel()?;
                 let first = c * ppc;
-                self.send_run(ri, region, first, ppc.min(pages - first), false)?;
+                plan.push((ri, first, ppc.min(pages - first)));
             }
         }
+        let mut reads = ReadAhead::start(self.regions.to_vec(), plan, self.thread_start)?;
+        while let Some(read) = reads.next() {
+            self.check_cancel()?;
+            let (ri, read) = read?;
+            self.send_read(ri, read, false)?;
+        }
+        drop(reads);
         self.end_round(0, self.pages_sent - before)
     }
 
@@ -273,8 +289,8 @@ impl<'a> MemorySender<'a> {
         Ok(())
     }
 
-    /// Reads pages `first..first + n` of region `ri` (inside one chunk) and sends the non-zero
-    /// ones as `Pages` and, with `zeros`, the zero ones as `Zero`.
+    /// Reads pages `first..first + n` of region `ri` (inside one chunk) and sends them
+    /// ([`send_read`](Self::send_read)).
     fn send_run(
         &mut self,
         ri: usize,
@@ -283,7 +299,19 @@ impl<'a> MemorySender<'a> {
         n: usize,
         zeros: bool,
     ) -> Result<(), MigrationError> {
-        let mut read = region.read_for_migration(first, n)?;
+        let read = region.read_for_migration(first, n)?;
+        self.send_read(ri, read, zeros)
+    }
+
+    /// Sends the non-zero pages of `read` (of region `ri`) as `Pages` and, with `zeros`, the
+    /// zero ones as `Zero`.
+    fn send_read(
+        &mut self,
+        ri: usize,
+        mut read: MigrationPages,
+        zeros: bool,
+    ) -> Result<(), MigrationError> {
+        let first = read.first_page;
         let pg = read.page_size;
         let runs = read.nonzero_runs();
         let whole = runs == [(0, read.len())];

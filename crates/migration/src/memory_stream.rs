@@ -7,17 +7,20 @@ use crate::frame_header::{
     announced_payload_len, FrameHeader, FRAME_HEADER_LEN, FRAME_TAG_LEN, MAX_PAYLOAD,
 };
 use crate::handshake::authenticate;
-use crate::message::{decode_payload, encode_payload_into, Message};
+use crate::message::{
+    decode_pages_parts, decode_payload, encode_payload_head, pages_head_len, Message,
+    PAGES_HEAD_FIELDS_LEN,
+};
 use crate::message_kind::MessageKind;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::role::Role;
 use crate::session_keys::SessionKeys;
-use crate::wire_io::{read_record, write_record};
+use crate::wire_io::{read_record, write_record_parts};
 
 /// One end of an authenticated migration stream over `S` (a `TcpStream`, a `UnixStream`, ...).
 ///
-/// Every frame carries an HMAC-SHA256 tag over the direction's implicit sequence number (from
+/// Every frame carries a MAC (keyed BLAKE3) over the direction's implicit sequence number (from
 /// 0, never on the wire), its header and its payload, under a key of this connection and
 /// direction: a corrupted, replayed, reordered, dropped or reflected frame fails with
 /// [`MigrationError::Integrity`]. Any error while receiving closes the receiving direction and
@@ -44,9 +47,10 @@ impl<S: Read + Write> MemoryStream<S> {
     /// Authenticates both ends over `stream` and returns the stream ready for messages.
     ///
     /// Both sides send a hello (protocol version, role, 32-byte random nonce). Per-direction
-    /// keys `k_src_to_dst` and `k_dst_to_src` are HMAC-SHA256(key, label || source nonce ||
-    /// destination nonce) with distinct labels. Each side then proves the key with
-    /// HMAC-SHA256(its send key, "proof" || both hellos as sent); the destination checks the
+    /// keys `k_src_to_dst` and `k_dst_to_src` are MAC(root, label || source nonce || destination
+    /// nonce) with distinct labels, the MAC being keyed BLAKE3 and the root key derived from the
+    /// key file's secret. Each side then proves the key with MAC(its send key, "proof" || both
+    /// hellos as sent); the destination checks the
     /// source's proof before sending its own, and the source checks the destination's.
     ///
     /// Errors: [`MigrationError::KeyMismatch`] for a different key (on both sides),
@@ -152,14 +156,15 @@ impl<S: Read + Write> MemoryStream<S> {
         self.receive_sequence
     }
 
-    /// Encodes, tags and writes one frame.
+    /// Encodes, tags and writes one frame. A `Pages` message's page data is tagged and written
+    /// from where it is (a vectored write), not copied into the frame buffer.
     fn send_frame(&mut self, message: &Message) -> Result<(), MigrationError> {
         let sequence = self.send_sequence;
-        let buffer = &mut self.send_buffer;
-        buffer.clear();
-        buffer.extend_from_slice(&[0; FRAME_HEADER_LEN]);
-        encode_payload_into(message, buffer);
-        let payload_len = buffer.len() - FRAME_HEADER_LEN;
+        let head = &mut self.send_buffer;
+        head.clear();
+        head.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+        let page_data = encode_payload_head(message, head);
+        let payload_len = head.len() - FRAME_HEADER_LEN + page_data.len();
         if payload_len > MAX_PAYLOAD {
             // validate() keeps every message under the limit; this guards the invariant.
             return Err(MigrationError::InvalidMessage {
@@ -173,16 +178,20 @@ impl<S: Read + Write> MemoryStream<S> {
             kind: message.kind(),
             payload_len: payload_len as u32,
         };
-        buffer[..FRAME_HEADER_LEN].copy_from_slice(&header.encode());
-        let tag = self.keys.send_tag(sequence, buffer);
-        buffer.extend_from_slice(&tag);
-        let frame_len = buffer.len();
-        write_record(&mut self.stream, buffer, &mut self.bytes_sent, &|| {
-            format!(
-                "frame {sequence} ({} message, {frame_len} bytes)",
-                message.name()
-            )
-        })?;
+        head[..FRAME_HEADER_LEN].copy_from_slice(&header.encode());
+        let tag = self.keys.send_tag(sequence, &[head, page_data]);
+        let frame_len = head.len() + page_data.len() + tag.len();
+        write_record_parts(
+            &mut self.stream,
+            &[head, page_data, &tag],
+            &mut self.bytes_sent,
+            &|| {
+                format!(
+                    "frame {sequence} ({} message, {frame_len} bytes)",
+                    message.name()
+                )
+            },
+        )?;
         self.send_sequence += 1;
         Ok(())
     }
@@ -208,29 +217,107 @@ impl<S: Read + Write> MemoryStream<S> {
             });
         }
         let announced = MessageKind::describe_byte(header[3]);
-        let body_len = payload_len as usize + FRAME_TAG_LEN;
+        let what = || {
+            format!(
+                "frame {sequence} (announced as {announced}, {payload_len}-byte payload + \
+                 {FRAME_TAG_LEN}-byte tag)"
+            )
+        };
+        let payload_len = payload_len as usize;
+        if header[3] == MessageKind::Pages.to_byte() && payload_len >= PAGES_HEAD_FIELDS_LEN {
+            return self.receive_pages_frame(sequence, &header, payload_len, &what);
+        }
+        let body_len = payload_len + FRAME_TAG_LEN;
         if self.receive_buffer.len() < body_len {
             self.receive_buffer.resize(body_len, 0);
         }
         let body = &mut self.receive_buffer[..body_len];
-        read_record(&mut self.stream, body, &mut self.bytes_received, &|| {
-            format!("frame {sequence} (announced as {announced}, {payload_len}-byte payload + {FRAME_TAG_LEN}-byte tag)")
-        })?;
-        let (payload, tag) = body.split_at(payload_len as usize);
+        read_record(&mut self.stream, body, &mut self.bytes_received, &what)?;
+        let (payload, tag) = body.split_at(payload_len);
         if !self
             .keys
-            .receive_tag_matches(sequence, &header, payload, tag)
+            .receive_tag_matches(sequence, &[&header, payload], tag)
         {
-            return Err(MigrationError::Integrity {
-                sequence,
-                announced,
-                payload_len,
-            });
+            return Err(integrity(sequence, announced, payload_len));
         }
         self.receive_sequence += 1;
         // Authentic from here on: a bad header or payload is a bug in the peer.
         let header = FrameHeader::parse(&header)?;
         decode_payload(header.kind.to_byte(), payload)
+    }
+
+    /// Reads a frame announced as `Pages` with its page data in a buffer of its own, which
+    /// becomes the message's data (no copy): the fields and checksums first, split where their
+    /// (not yet authenticated) count says; then the data and the tag; then the MAC over all of
+    /// it. A count that does not fit the payload reads the whole payload as the head (the MAC
+    /// or the decoder then refuses it).
+    fn receive_pages_frame(
+        &mut self,
+        sequence: u64,
+        header: &[u8; FRAME_HEADER_LEN],
+        payload_len: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<Message, MigrationError> {
+        let body_len = payload_len + FRAME_TAG_LEN;
+        if self.receive_buffer.len() < body_len {
+            self.receive_buffer.resize(body_len, 0);
+        }
+        // Each piece is read on its own; a peer closing mid-frame is told in bytes of the
+        // whole frame body, as for any other frame.
+        let within_body = |offset: usize| {
+            move |error| match error {
+                MigrationError::UnexpectedEnd { what, got, .. } => MigrationError::UnexpectedEnd {
+                    what,
+                    got: got + offset,
+                    expected: body_len,
+                },
+                other => other,
+            }
+        };
+        let fields = &mut self.receive_buffer[..PAGES_HEAD_FIELDS_LEN];
+        read_record(&mut self.stream, fields, &mut self.bytes_received, what)
+            .map_err(within_body(0))?;
+        let head_len = pages_head_len(fields)
+            .filter(|&len| len <= payload_len)
+            .unwrap_or(payload_len);
+        let rest_of_head = &mut self.receive_buffer[PAGES_HEAD_FIELDS_LEN..head_len];
+        read_record(
+            &mut self.stream,
+            rest_of_head,
+            &mut self.bytes_received,
+            what,
+        )
+        .map_err(within_body(PAGES_HEAD_FIELDS_LEN))?;
+        let mut data = vec![0u8; payload_len - head_len];
+        read_record(&mut self.stream, &mut data, &mut self.bytes_received, what)
+            .map_err(within_body(head_len))?;
+        let mut tag = [0u8; FRAME_TAG_LEN];
+        read_record(&mut self.stream, &mut tag, &mut self.bytes_received, what)
+            .map_err(within_body(payload_len))?;
+        let head = &self.receive_buffer[..head_len];
+        if !self
+            .keys
+            .receive_tag_matches(sequence, &[header, head, &data], &tag)
+        {
+            return Err(integrity(
+                sequence,
+                MessageKind::Pages.name().into(),
+                payload_len,
+            ));
+        }
+        self.receive_sequence += 1;
+        // Authentic from here on.
+        FrameHeader::parse(header)?;
+        decode_pages_parts(head, data)
+    }
+}
+
+/// The error for a frame whose tag does not match.
+fn integrity(sequence: u64, announced: String, payload_len: usize) -> MigrationError {
+    MigrationError::Integrity {
+        sequence,
+        announced,
+        payload_len: payload_len as u32,
     }
 }
 

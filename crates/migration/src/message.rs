@@ -214,6 +214,14 @@ pub fn encode_payload(message: &Message) -> Vec<u8> {
 
 /// Appends a message's payload to `out` (see [`encode_payload`]).
 pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
+    let page_data = encode_payload_head(message, out);
+    out.extend_from_slice(page_data);
+}
+
+/// Appends a message's payload to `out` except a `Pages` message's page data, which it returns
+/// (empty for other messages): the payload is `out`'s new bytes followed by the returned ones.
+/// The stream sends the page data from where it is, without copying it.
+pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -> &'a [u8] {
     match message {
         Message::Begin { regions } => {
             out.extend_from_slice(&saturating_u32(regions.len()).to_le_bytes());
@@ -231,7 +239,7 @@ pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
             crcs,
             data,
         } => {
-            out.reserve(PAGES_FIELDS_LEN + 4 * crcs.len() + data.len());
+            out.reserve(PAGES_FIELDS_LEN + 4 * crcs.len());
             out.extend_from_slice(&region.to_le_bytes());
             out.extend_from_slice(&first_page.to_le_bytes());
             out.extend_from_slice(&page_size.to_le_bytes());
@@ -239,7 +247,7 @@ pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
             for crc in crcs {
                 out.extend_from_slice(&crc.to_le_bytes());
             }
-            out.extend_from_slice(data);
+            return data;
         }
         Message::Zero {
             region,
@@ -260,6 +268,33 @@ pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
         }
         Message::Abort { reason } => put_string(out, reason),
     }
+    &[]
+}
+
+/// Where a `Pages` payload's page data starts, read from its first [`PAGES_FIELDS_LEN`] bytes
+/// (the count field): `None` if `fields` is shorter or the count overflows. The receiver
+/// uses it, before the MAC is checked, only to read the page data into a buffer of its own;
+/// nothing else trusts it ([`decode_pages_parts`] checks the split).
+pub(crate) fn pages_head_len(fields: &[u8]) -> Option<usize> {
+    let count = fields.get(PAGES_FIELDS_LEN - 4..PAGES_FIELDS_LEN)?;
+    let count = u32::from_le_bytes([count[0], count[1], count[2], count[3]]);
+    (count as usize)
+        .checked_mul(4)?
+        .checked_add(PAGES_FIELDS_LEN)
+}
+
+/// Bytes of a `Pages` payload before its checksums (see [`pages_head_len`]).
+pub(crate) const PAGES_HEAD_FIELDS_LEN: usize = PAGES_FIELDS_LEN;
+
+/// Decodes a `Pages` payload given in two parts: `head` (the fields and checksums) and
+/// `data` (the page data), which becomes the message's data without a copy. The same rules
+/// and errors as [`decode_payload`] on the whole payload.
+pub(crate) fn decode_pages_parts(head: &[u8], data: Vec<u8>) -> Result<Message, MigrationError> {
+    let mut reader = PayloadReader::new(MessageKind::Pages.name(), head);
+    let fields = decode_pages_fields(&mut reader, data.len())?;
+    let message = finish_pages(&reader, fields, data)?;
+    reader.finish()?;
+    Ok(message)
 }
 
 /// Decodes a payload of message type `kind`. Refuses unknown types, payloads too short for
@@ -295,16 +330,7 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Message, MigrationErro
         return Err(reader.malformed(problem));
     }
     reader.finish()?;
-    if let Message::Pages {
-        region,
-        first_page,
-        page_size,
-        crcs,
-        data,
-    } = &message
-    {
-        check_page_crcs(*region, *first_page, *page_size, crcs, data)?;
-    }
+    check_page_crcs(&message)?;
     Ok(message)
 }
 
@@ -330,8 +356,42 @@ fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
     Ok(Message::Begin { regions })
 }
 
+/// A `Pages` message's fields before its data: region, first page, page size, checksums.
+struct PagesFields {
+    region: u32,
+    first_page: u64,
+    page_size: u32,
+    crcs: Vec<u32>,
+}
+
+impl PagesFields {
+    /// The message with these fields and `data`.
+    fn with_data(self, data: Vec<u8>) -> Message {
+        Message::Pages {
+            region: self.region,
+            first_page: self.first_page,
+            page_size: self.page_size,
+            crcs: self.crcs,
+            data,
+        }
+    }
+}
+
 /// Decodes a `Pages` payload (checksums are checked by the caller).
 fn decode_pages(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let fields = decode_pages_fields(reader, 0)?;
+    let data = reader
+        .take(fields.crcs.len() * fields.page_size as usize, "page data")?
+        .to_vec();
+    Ok(fields.with_data(data))
+}
+
+/// Reads a `Pages` payload's fields and checksums from `reader`, checking that the page count
+/// fits what follows them: the rest of `reader` plus `outside` bytes given apart.
+fn decode_pages_fields(
+    reader: &mut PayloadReader<'_>,
+    outside: usize,
+) -> Result<PagesFields, MigrationError> {
     let region = reader.u32("region")?;
     let first_page = reader.u64("first page")?;
     let page_size = reader.u32("page size")?;
@@ -345,11 +405,11 @@ fn decode_pages(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
         return Err(reader.malformed("carries no pages (count 0 at byte offset 16)".into()));
     }
     let needed = u64::from(count) * (4 + u64::from(page_size));
-    if needed != reader.remaining() as u64 {
+    let follows = reader.remaining() as u64 + outside as u64;
+    if needed != follows {
         return Err(reader.malformed(format!(
             "page count {count} at byte offset {count_offset} needs {needed} bytes of checksums \
-             and {page_size}-byte pages, but {} bytes follow",
-            reader.remaining()
+             and {page_size}-byte pages, but {follows} bytes follow"
         )));
     }
     let crc_bytes = reader.take(4 * count as usize, "checksums")?;
@@ -357,31 +417,46 @@ fn decode_pages(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
         .chunks_exact(4)
         .map(|crc| u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]))
         .collect();
-    let data = reader
-        .take(count as usize * page_size as usize, "page data")?
-        .to_vec();
-    Ok(Message::Pages {
+    Ok(PagesFields {
+        region,
+        first_page,
+        page_size,
+        crcs,
+    })
+}
+
+/// The `Pages` message of `fields` and `data`, checked against the message rules and its
+/// checksums.
+fn finish_pages(
+    reader: &PayloadReader<'_>,
+    fields: PagesFields,
+    data: Vec<u8>,
+) -> Result<Message, MigrationError> {
+    let message = fields.with_data(data);
+    if let Some(problem) = message.problem() {
+        return Err(reader.malformed(problem));
+    }
+    check_page_crcs(&message)?;
+    Ok(message)
+}
+
+/// Checks each page of a `Pages` message against its CRC32C (other messages have none).
+fn check_page_crcs(message: &Message) -> Result<(), MigrationError> {
+    let Message::Pages {
         region,
         first_page,
         page_size,
         crcs,
         data,
-    })
-}
-
-/// Checks each page of a `Pages` message against its CRC32C.
-fn check_page_crcs(
-    region: u32,
-    first_page: u64,
-    page_size: u32,
-    crcs: &[u32],
-    data: &[u8],
-) -> Result<(), MigrationError> {
-    for ((index, page), &expected) in data.chunks(page_size as usize).enumerate().zip(crcs) {
+    } = message
+    else {
+        return Ok(());
+    };
+    for ((index, page), &expected) in data.chunks(*page_size as usize).enumerate().zip(crcs) {
         let actual = crc32c::crc32c(page);
         if actual != expected {
             return Err(MigrationError::Checksum {
-                region,
+                region: *region,
                 page: first_page + index as u64,
                 expected,
                 actual,
@@ -510,6 +585,60 @@ mod tests {
             let decoded = decode_payload(message.kind().to_byte(), &payload).unwrap();
             assert_eq!(decoded, message);
         }
+    }
+
+    #[test]
+    fn a_payload_split_at_the_page_data_decodes_as_the_whole() {
+        for message in samples() {
+            let mut head = Vec::new();
+            let data = encode_payload_head(&message, &mut head).to_vec();
+            let whole = encode_payload(&message);
+            assert_eq!([head.as_slice(), &data].concat(), whole);
+            if let Message::Pages { .. } = message {
+                assert_eq!(pages_head_len(&head), Some(head.len()));
+                assert_eq!(decode_pages_parts(&head, data).unwrap(), message);
+            } else {
+                assert!(data.is_empty());
+            }
+        }
+        // Split anywhere else, or corrupted, the parts are refused as the whole payload is.
+        let message = Message::pages(1, 9, 4096, vec![3u8; 2 * 4096]);
+        let whole = encode_payload(&message);
+        for at in [
+            0,
+            7,
+            PAGES_FIELDS_LEN,
+            PAGES_FIELDS_LEN + 4,
+            whole.len() - 1,
+        ] {
+            let (head, data) = whole.split_at(at);
+            let parts = decode_pages_parts(head, data.to_vec());
+            assert!(parts.is_err(), "split at {at}: {parts:?}");
+        }
+        let mut corrupt = whole.clone();
+        corrupt[PAGES_FIELDS_LEN + 8 + 5000] ^= 1;
+        let (head, data) = corrupt.split_at(PAGES_FIELDS_LEN + 8);
+        assert_eq!(
+            decode_pages_parts(head, data.to_vec())
+                .unwrap_err()
+                .to_string(),
+            decode_payload(MessageKind::Pages.to_byte(), &corrupt)
+                .unwrap_err()
+                .to_string()
+        );
+        // A count that does not fit: the same error as for the whole payload.
+        let mut lying = whole.clone();
+        lying[16..20].copy_from_slice(&3u32.to_le_bytes());
+        let (head, data) = lying.split_at(PAGES_FIELDS_LEN + 8);
+        assert_eq!(
+            decode_pages_parts(head, data.to_vec())
+                .unwrap_err()
+                .to_string(),
+            decode_payload(MessageKind::Pages.to_byte(), &lying)
+                .unwrap_err()
+                .to_string()
+        );
+        assert_eq!(pages_head_len(&lying[..PAGES_FIELDS_LEN - 1]), None);
     }
 
     #[test]

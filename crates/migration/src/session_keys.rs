@@ -1,31 +1,35 @@
 //! The per-connection, per-direction MAC keys, the handshake proofs and the frame tags.
+//!
+//! The MAC is BLAKE3 in its keyed mode (a PRF with a 256-bit key, 32-byte output). It replaced
+//! HMAC-SHA256 in protocol version 2: on the migration hosts measured, HMAC-SHA256 ran at 1.8
+//! GB/s per core with SHA extensions and took an eighth of the host's CPU during a migration;
+//! keyed BLAKE3 runs at 6.5 GB/s there.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::hello::NONCE_LEN;
 use crate::migration_key::MigrationKey;
 use crate::role::Role;
 
-/// HMAC-SHA256.
-type HmacSha256 = Hmac<Sha256>;
-
-/// Bytes in a MAC (HMAC-SHA256).
+/// Bytes in a MAC (keyed BLAKE3, default output length).
 pub(crate) const MAC_LEN: usize = 32;
+/// BLAKE3 key-derivation context of the connection's root key, derived from the key file's
+/// secret (of any length) so that the keyed mode gets its 32-byte key.
+const ROOT_KEY_CONTEXT: &str = "memvisor-migration v2 2026-11-26 root key from the key file";
 /// Label of the source → destination key.
-const SOURCE_TO_DESTINATION_LABEL: &[u8] = b"memvisor-migration v1 key source->destination";
+const SOURCE_TO_DESTINATION_LABEL: &[u8] = b"memvisor-migration v2 key source->destination";
 /// Label of the destination → source key.
-const DESTINATION_TO_SOURCE_LABEL: &[u8] = b"memvisor-migration v1 key destination->source";
+const DESTINATION_TO_SOURCE_LABEL: &[u8] = b"memvisor-migration v2 key destination->source";
 /// Label of a handshake proof.
 const PROOF_LABEL: &[u8] = b"proof";
 
-/// The two MAC keys of one connection, seen from one side: `k_src_to_dst` and `k_dst_to_src`
-/// are HMAC-SHA256(shared key, label || source nonce || destination nonce) with distinct
-/// labels. Each is kept as a keyed HMAC state, cloned per MAC.
+/// The two MAC keys of one connection, seen from one side: with `root` = BLAKE3-derive-key
+/// (context, key file secret), `k_src_to_dst` and `k_dst_to_src` are BLAKE3-keyed(root, label
+/// || source nonce || destination nonce) with distinct labels. Each is kept as a keyed hasher,
+/// cloned per MAC.
 pub(crate) struct SessionKeys {
-    send: HmacSha256,
-    receive: HmacSha256,
+    send: blake3::Hasher,
+    receive: blake3::Hasher,
 }
 
 impl SessionKeys {
@@ -36,12 +40,13 @@ impl SessionKeys {
         source_nonce: &[u8; NONCE_LEN],
         destination_nonce: &[u8; NONCE_LEN],
     ) -> SessionKeys {
+        let root = blake3::derive_key(ROOT_KEY_CONTEXT, key.secret());
         let direction_key = |label: &[u8]| {
-            let mut mac = keyed(key.secret());
+            let mut mac = blake3::Hasher::new_keyed(&root);
             mac.update(label);
             mac.update(source_nonce);
             mac.update(destination_nonce);
-            keyed(&mac.finalize().into_bytes())
+            blake3::Hasher::new_keyed(mac.finalize().as_bytes())
         };
         let source_to_destination = direction_key(SOURCE_TO_DESTINATION_LABEL);
         let destination_to_source = direction_key(DESTINATION_TO_SOURCE_LABEL);
@@ -57,64 +62,49 @@ impl SessionKeys {
         }
     }
 
-    /// Our proof: HMAC(send key, "proof" || transcript), the transcript being both hellos as
+    /// Our proof: MAC(send key, "proof" || transcript), the transcript being both hellos as
     /// sent, the source's first.
     pub(crate) fn our_proof(&self, transcript: &[u8]) -> [u8; MAC_LEN] {
-        proof(&self.send, transcript)
+        mac(&self.send, &[PROOF_LABEL, transcript])
     }
 
     /// Whether `proof` is the peer's proof for `transcript`, compared in constant time.
     pub(crate) fn peer_proof_matches(&self, transcript: &[u8], proof_bytes: &[u8]) -> bool {
-        proof(&self.receive, transcript).ct_eq(proof_bytes).into()
+        mac(&self.receive, &[PROOF_LABEL, transcript])
+            .ct_eq(proof_bytes)
+            .into()
     }
 
-    /// The tag of the frame we send with `sequence`: HMAC(send key, sequence u64 LE || header
-    /// || payload).
-    pub(crate) fn send_tag(&self, sequence: u64, header_and_payload: &[u8]) -> [u8; MAC_LEN] {
-        frame_tag(&self.send, sequence, header_and_payload)
+    /// The tag of the frame we send with `sequence`: MAC(send key, sequence u64 LE || the
+    /// frame's bytes, header first, given in `parts` that are sent one after the other).
+    pub(crate) fn send_tag(&self, sequence: u64, parts: &[&[u8]]) -> [u8; MAC_LEN] {
+        frame_tag(&self.send, sequence, parts)
     }
 
-    /// Whether `tag` is right for the frame received with `sequence`, compared in constant
-    /// time.
-    pub(crate) fn receive_tag_matches(
-        &self,
-        sequence: u64,
-        header: &[u8],
-        payload: &[u8],
-        tag: &[u8],
-    ) -> bool {
-        let mut mac = self.receive.clone();
-        mac.update(&sequence.to_le_bytes());
-        mac.update(header);
-        mac.update(payload);
-        let expected: [u8; MAC_LEN] = mac.finalize().into_bytes().into();
-        expected.ct_eq(tag).into()
+    /// Whether `tag` is right for the frame received with `sequence` whose bytes (header
+    /// first) are `parts`, compared in constant time.
+    pub(crate) fn receive_tag_matches(&self, sequence: u64, parts: &[&[u8]], tag: &[u8]) -> bool {
+        frame_tag(&self.receive, sequence, parts).ct_eq(tag).into()
     }
 }
 
-/// An HMAC-SHA256 state keyed with `key` (any length is accepted).
-fn keyed(key: &[u8]) -> HmacSha256 {
-    match HmacSha256::new_from_slice(key) {
-        Ok(mac) => mac,
-        // HMAC takes keys of any length; new_from_slice cannot fail for it.
-        Err(_) => unreachable!("HMAC-SHA256 accepts keys of any length"),
-    }
-}
-
-/// HMAC(key, "proof" || transcript).
-fn proof(key: &HmacSha256, transcript: &[u8]) -> [u8; MAC_LEN] {
+/// MAC(key, the concatenation of `parts`).
+fn mac(key: &blake3::Hasher, parts: &[&[u8]]) -> [u8; MAC_LEN] {
     let mut mac = key.clone();
-    mac.update(PROOF_LABEL);
-    mac.update(transcript);
-    mac.finalize().into_bytes().into()
+    for part in parts {
+        mac.update(part);
+    }
+    *mac.finalize().as_bytes()
 }
 
-/// HMAC(key, sequence || header || payload), the header and payload given contiguous.
-fn frame_tag(key: &HmacSha256, sequence: u64, header_and_payload: &[u8]) -> [u8; MAC_LEN] {
+/// MAC(key, sequence || parts...).
+fn frame_tag(key: &blake3::Hasher, sequence: u64, parts: &[&[u8]]) -> [u8; MAC_LEN] {
     let mut mac = key.clone();
     mac.update(&sequence.to_le_bytes());
-    mac.update(header_and_payload);
-    mac.finalize().into_bytes().into()
+    for part in parts {
+        mac.update(part);
+    }
+    *mac.finalize().as_bytes()
 }
 
 #[cfg(test)]
@@ -141,11 +131,13 @@ mod tests {
         // A reflected proof or tag does not verify.
         assert!(!source.peer_proof_matches(transcript, &source.our_proof(transcript)));
         let frame = b"header and payload";
-        let tag = source.send_tag(0, frame);
-        assert!(destination.receive_tag_matches(0, &frame[..6], &frame[6..], &tag));
-        assert!(!destination.receive_tag_matches(1, &frame[..6], &frame[6..], &tag));
-        assert!(!source.receive_tag_matches(0, &frame[..6], &frame[6..], &tag));
-        assert!(!destination.receive_tag_matches(0, &frame[..6], &frame[6..], &tag[..31]));
+        let tag = source.send_tag(0, &[frame]);
+        assert!(destination.receive_tag_matches(0, &[&frame[..6], &frame[6..]], &tag));
+        // However the frame's bytes are split, the tag is the same.
+        assert_eq!(source.send_tag(0, &[&frame[..3], b"", &frame[3..]]), tag);
+        assert!(!destination.receive_tag_matches(1, &[&frame[..6], &frame[6..]], &tag));
+        assert!(!source.receive_tag_matches(0, &[&frame[..6], &frame[6..]], &tag));
+        assert!(!destination.receive_tag_matches(0, &[&frame[..6], &frame[6..]], &tag[..31]));
     }
 
     #[test]

@@ -17,6 +17,9 @@ use memvisor_pager::{page_size, Region, RegionConfig};
 
 const CHUNK_PAGES: usize = 8;
 
+/// Threads the sender starts need no preparation outside a preloaded program.
+fn no_thread_start() {}
+
 fn supported() -> bool {
     match Region::check_supported() {
         Ok(()) => true,
@@ -73,7 +76,7 @@ fn serve(
     let progress = Arc::new(MigrationProgress::new(Role::Destination, "listening"));
     let p = progress.clone();
     let t = std::thread::spawn(move || {
-        MemoryReceiver::new(&key, &p).serve(&listener, || regions.clone())
+        MemoryReceiver::new(&key, &p, no_thread_start).serve(&listener, || regions.clone())
     });
     (progress, t)
 }
@@ -142,6 +145,7 @@ fn a_changing_region_arrives_whole_in_a_smaller_budget() {
             options(),
             &signals,
             &progress,
+            no_thread_start,
         )
         .unwrap();
         control.join().unwrap();
@@ -191,6 +195,7 @@ fn refused_attempts_leave_the_receiver_listening_and_empty() {
             options(),
             signals,
             &progress,
+            no_thread_start,
         );
         (r, progress.status())
     };
@@ -292,6 +297,7 @@ fn a_region_of_zero_pages_converges_and_arrives() {
             options(),
             &signals,
             &progress,
+            no_thread_start,
         )
         .unwrap();
     });

@@ -362,6 +362,12 @@ impl<S: Write> Write for Tamper<S> {
         Ok(buf.len())
     }
 
+    /// A frame goes out as one vectored write (header and fields, page data, tag): one record.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let record: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        self.write(&record)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -96,5 +96,5 @@ pub use region_config::{
 pub use region_stats::RegionStats;
 pub use swap_file::{is_zero, ReadError, SwapFile, WriteOutcome, DIRECT_ALIGN};
 pub use swap_full::OnSwapFull;
-pub use thread_start_hook::{set_thread_start_hook, spawn_started};
+pub use thread_start_hook::{set_thread_start_hook, spawn_scoped_started, spawn_started};
 pub use userfaultfd::{FaultEvent, FaultKind, RegisterMode, Userfaultfd};

@@ -14,7 +14,7 @@
 //! window left the new thread with the old credentials, and glibc aborted the process.
 
 use std::io;
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
 
@@ -40,15 +40,45 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    let (run, started) = signalling_start(start, body);
+    let handle = std::thread::Builder::new().name(name).spawn(run)?;
+    // An error means the thread ended inside `start`: nothing more to wait for.
+    let _ = started.recv();
+    Ok(handle)
+}
+
+/// [`spawn_started`] for a scoped thread (one that may borrow from the caller's stack),
+/// started in `scope`.
+pub fn spawn_scoped_started<'scope, T, F>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: String,
+    start: fn(),
+    body: F,
+) -> io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    let (run, started) = signalling_start(start, body);
+    let handle = std::thread::Builder::new()
+        .name(name)
+        .spawn_scoped(scope, run)?;
+    let _ = started.recv();
+    Ok(handle)
+}
+
+/// The thread body that runs `start`, says so on the returned receiver, then runs `body`.
+fn signalling_start<T, F: FnOnce() -> T>(
+    start: fn(),
+    body: F,
+) -> (impl FnOnce() -> T, Receiver<()>) {
     let (started_tx, started_rx) = sync_channel::<()>(1);
-    let handle = std::thread::Builder::new().name(name).spawn(move || {
+    let run = move || {
         start();
         let _ = started_tx.send(());
         body()
-    })?;
-    // An error means the thread ended inside `start`: nothing more to wait for.
-    let _ = started_rx.recv();
-    Ok(handle)
+    };
+    (run, started_rx)
 }
 
 /// Starts one of the pager's own threads: [`spawn_started`] with the installed hook.
@@ -93,5 +123,29 @@ mod tests {
         );
         go_tx.send(()).unwrap();
         assert_eq!(h.join().unwrap().as_deref(), Some("pager-test-start"));
+    }
+
+    fn count_start() {
+        SCOPED_STARTS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    static SCOPED_STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// A scoped thread borrows from the caller and is also started first.
+    #[test]
+    fn a_scoped_thread_runs_its_start_first_and_may_borrow() {
+        let words = ["a".to_string(), "b".to_string()];
+        let joined = std::thread::scope(|scope| {
+            let h = spawn_scoped_started(scope, "pager-test-scoped".into(), count_start, || {
+                (
+                    words.join("+"),
+                    std::thread::current().name().map(str::to_string),
+                )
+            })
+            .unwrap();
+            assert_eq!(SCOPED_STARTS.load(Ordering::SeqCst), 1);
+            h.join().unwrap()
+        });
+        assert_eq!(joined, ("a+b".into(), Some("pager-test-scoped".into())));
     }
 }

@@ -123,7 +123,15 @@ fn start_source(to: SocketAddr, key_file: &Path, options: SenderOptions) -> Resu
     let thread = {
         let (progress, signals, regions) = (progress.clone(), signals.clone(), regions.clone());
         memvisor_pager::spawn_started("memvisor-migrate".into(), thread_start, move || {
-            if let Err(e) = MemorySender::run(&regions, to, &key, options, &signals, &progress) {
+            if let Err(e) = MemorySender::run(
+                &regions,
+                to,
+                &key,
+                options,
+                &signals,
+                &progress,
+                thread_start,
+            ) {
                 eprintln!("memvisor-preload: migration to {to}: {e}");
             }
         })
@@ -148,7 +156,7 @@ pub fn start_destination(addr: SocketAddr, key_file: &Path) -> Result<(), Preloa
     let progress = Arc::new(MigrationProgress::new(Role::Destination, "listening"));
     let _ = DESTINATION.set(progress.clone());
     memvisor_pager::spawn_started("memvisor-migrate-in".into(), thread_start, move || {
-        let receiver = MemoryReceiver::new(&key, &progress);
+        let receiver = MemoryReceiver::new(&key, &progress, thread_start);
         if let Err(e) = receiver.serve(&listener, managed_process::guest_memory_regions) {
             progress.set_error(e.to_string(), true);
             eprintln!("memvisor-preload: migration listener on {addr}: {e}");
