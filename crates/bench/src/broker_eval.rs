@@ -397,7 +397,7 @@ fn run_one(
 }
 
 /// `majflt` of `/proc/PID/stat` (0 if it is gone).
-fn major_faults(pid: u32) -> u64 {
+pub(crate) fn major_faults(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -408,7 +408,7 @@ fn major_faults(pid: u32) -> u64 {
 }
 
 /// The parent pid of `pid`.
-fn parent_of(pid: u32) -> Option<u32> {
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit_once(')')?
         .1

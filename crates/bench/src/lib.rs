@@ -32,6 +32,9 @@
 //! `image-cache-eval` (issue 12) reads one disk image from a VMM-like process with its host
 //! page cache held to one size by the kernel (a memory cgroup) and by `memvisor run
 //! --image-cache` ([`image_cache_eval`]).
+//! `density-eval` (issue 12, seed 001) sweeps the number of identical TCG guests under one
+//! memory total and finds the most that each keep a fraction of their unconstrained
+//! throughput, `memvisor broker` against the kernel ([`density_eval`]).
 //!
 //! See the crate README for the commands and what is measured.
 
@@ -41,6 +44,9 @@ pub mod broker_eval_worker;
 pub mod byte_size;
 pub mod churn_progress;
 pub mod counters;
+pub mod density_eval;
+pub mod density_eval_config;
+pub mod density_eval_report;
 pub mod dirty_probe;
 pub mod driver;
 pub mod host_cache_plot;
