@@ -76,6 +76,12 @@ pub(crate) enum MigrationRequest {
 /// a dropped one only means a page is not associated).
 const MAX_POSTED: usize = 4096;
 
+/// How long the handler, woken for posted commands alone, lets more gather before taking
+/// them (it takes them at once when a fault or a submitted command comes first). Posted
+/// commands are associations, which only matter when a page is evicted, and the handler
+/// evicts only while serving faults and commands.
+pub(crate) const POSTED_DELAY: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// The slot one command and its answer pass through.
 #[derive(Debug, Default)]
 struct Slot {
@@ -143,8 +149,9 @@ impl CommandQueue {
     ///
     /// Only a command posted to an empty queue wakes the handler: the handler takes posted
     /// commands until it finds the queue empty, so one posted behind others is taken with
-    /// them, and a busy I/O thread (an association per read) costs one wake-up per batch,
-    /// not one per read.
+    /// them. Woken for posted commands alone, the handler takes them a little later
+    /// ([`POSTED_DELAY`], or at its next fault or submitted command), so that a busy I/O
+    /// thread (an association per read) costs one wake-up per batch, not one per read.
     pub fn post(&self, cmd: RegionCommand) -> bool {
         if self.slot.lock().map(|s| s.closed).unwrap_or(true) {
             return false;
@@ -162,6 +169,14 @@ impl CommandQueue {
             self.wake.signal();
         }
         true
+    }
+
+    /// Whether a command was submitted and not yet taken (posted ones aside).
+    pub fn has_submitted(&self) -> bool {
+        self.slot
+            .lock()
+            .map(|s| s.command.is_some())
+            .unwrap_or(false)
     }
 
     /// Takes the next posted command, if any (no answer is expected).

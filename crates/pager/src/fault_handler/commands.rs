@@ -18,14 +18,19 @@ impl FaultHandler {
             self.shared.commands.wake.clear();
             // Posted commands first (in order), then the submitted one: a caller that submits
             // after posting finds its posts carried out.
-            while let Some(cmd) = self.shared.commands.take_posted() {
-                let _ = self.run_command(cmd);
-            }
+            self.run_posted();
             let Some(cmd) = self.shared.commands.take() else {
                 break;
             };
             let r = self.run_command(cmd);
             self.shared.commands.answer(r);
+        }
+    }
+
+    /// Carries out every posted command (associations), in order; no answer is expected.
+    pub(super) fn run_posted(&mut self) {
+        while let Some(cmd) = self.shared.commands.take_posted() {
+            let _ = self.run_command(cmd);
         }
     }
 

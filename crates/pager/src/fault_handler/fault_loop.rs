@@ -11,6 +11,7 @@ use memvisor_policy::{EvictionPolicy, PolicySpec, RefaultHistory};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
+use crate::region_command::POSTED_DELAY;
 use crate::region_stats::{add, StatsCounters};
 use crate::swap_io::SwapIo;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
@@ -88,6 +89,9 @@ impl FaultHandler {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
+        // Posted commands (associations) waiting since this handler was woken for them alone:
+        // taken at this time, or earlier with a fault or a submitted command.
+        let mut posted_due: Option<Instant> = None;
         loop {
             let mut timeout = match next_sample {
                 None => -1,
@@ -106,6 +110,11 @@ impl FaultHandler {
                     }
                 }
             };
+            if let Some(due) = posted_due {
+                let left = due.saturating_duration_since(Instant::now());
+                let ms = (left.as_millis() as i32).max(1);
+                timeout = if timeout < 0 { ms } else { timeout.min(ms) };
+            }
             let mut fds = [
                 libc::pollfd {
                     fd: self.uffd_raw(),
@@ -172,8 +181,23 @@ impl FaultHandler {
                 self.check_invariants("page reads");
             }
             if fds[2].revents != 0 {
-                self.run_commands();
-                self.check_invariants("command");
+                // Cleared before looking, so a command that arrives meanwhile wakes the next
+                // poll (run_commands clears it again for the same reason).
+                self.shared.commands.wake.clear();
+                if self.shared.commands.has_submitted() {
+                    self.run_commands();
+                    posted_due = None;
+                    self.check_invariants("command");
+                } else if posted_due.is_none() {
+                    posted_due = Some(Instant::now() + POSTED_DELAY);
+                }
+            }
+            // Posted commands go first when their time came or a fault needs serving (its
+            // page-in may evict pages they associate).
+            if posted_due.is_some_and(|due| fds[0].revents != 0 || Instant::now() >= due) {
+                self.run_posted();
+                posted_due = None;
+                self.check_invariants("posted commands");
             }
             if fds[0].revents == 0 {
                 continue;
