@@ -362,6 +362,16 @@ mod tests {
         f
     }
 
+    /// [`file`], out of the page cache, and read without readahead (each read caches only
+    /// what it reads).
+    fn uncached_file(pages: u64) -> std::fs::File {
+        let f = file(pages);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
+        f
+    }
+
     fn cached(f: &std::fs::File) -> u64 {
         cachestat(f.as_raw_fd(), 0, 0).unwrap().nr_cache
     }
@@ -378,10 +388,8 @@ mod tests {
 
     #[test]
     fn the_host_cache_holds_what_the_model_holds() {
-        let f = file(256);
+        let f = uncached_file(256);
         let fd = f.as_raw_fd();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
         let lim = CacheLimit::default();
         // No limit: the kernel keeps everything.
         read_pages(&f, &lim, 0..64);
@@ -438,10 +446,8 @@ mod tests {
 
     #[test]
     fn dirty_victims_stay_until_written_back() {
-        let f = file(64);
+        let f = uncached_file(64);
         let fd = f.as_raw_fd();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
         let lim = CacheLimit::default();
         lim.set(fd, Some(8 * PG), 64 * PG).unwrap();
         // Pages 0..4 written one by one (dirty, one page per folio; the flusher leaves them
@@ -480,10 +486,8 @@ mod tests {
 
     #[test]
     fn victims_one_by_one_drop_a_large_folio_together() {
-        let f = file(64);
+        let f = uncached_file(64);
         let fd = f.as_raw_fd();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
         // One 64 KiB write: the page cache may hold it in one large folio.
         f.write_all_at(&[0x5A; 16 * PG as usize], 0).unwrap();
         f.sync_all().unwrap();
@@ -504,10 +508,8 @@ mod tests {
     #[test]
     fn reconciliation_spares_the_readahead_of_a_stream() {
         // 8 MiB image, 1 MiB limit (slack 1 MiB): one stream gets a 1 MiB guard.
-        let f = file(2048);
+        let f = uncached_file(2048);
         let fd = f.as_raw_fd();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
-        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM).unwrap();
         let lim = CacheLimit::default();
         lim.set(fd, Some(256 * PG), 2048 * PG).unwrap();
         // A 64 KiB read starts a stream at page 0..16.
