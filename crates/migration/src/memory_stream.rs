@@ -9,7 +9,7 @@ use crate::frame_header::{
 use crate::handshake::authenticate;
 use crate::message::{
     decode_pages_parts, decode_payload, encode_payload_head, pages_head_len, Message,
-    PAGES_HEAD_FIELDS_LEN,
+    PAGES_FIELDS_LEN,
 };
 use crate::message_kind::MessageKind;
 use crate::migration_error::MigrationError;
@@ -224,7 +224,7 @@ impl<S: Read + Write> MemoryStream<S> {
             )
         };
         let payload_len = payload_len as usize;
-        if header[3] == MessageKind::Pages.to_byte() && payload_len >= PAGES_HEAD_FIELDS_LEN {
+        if header[3] == MessageKind::Pages.to_byte() && payload_len >= PAGES_FIELDS_LEN {
             return self.receive_pages_frame(sequence, &header, payload_len, &what);
         }
         let body_len = payload_len + FRAME_TAG_LEN;
@@ -274,20 +274,20 @@ impl<S: Read + Write> MemoryStream<S> {
                 other => other,
             }
         };
-        let fields = &mut self.receive_buffer[..PAGES_HEAD_FIELDS_LEN];
+        let fields = &mut self.receive_buffer[..PAGES_FIELDS_LEN];
         read_record(&mut self.stream, fields, &mut self.bytes_received, what)
             .map_err(within_body(0))?;
         let head_len = pages_head_len(fields)
             .filter(|&len| len <= payload_len)
             .unwrap_or(payload_len);
-        let rest_of_head = &mut self.receive_buffer[PAGES_HEAD_FIELDS_LEN..head_len];
+        let rest_of_head = &mut self.receive_buffer[PAGES_FIELDS_LEN..head_len];
         read_record(
             &mut self.stream,
             rest_of_head,
             &mut self.bytes_received,
             what,
         )
-        .map_err(within_body(PAGES_HEAD_FIELDS_LEN))?;
+        .map_err(within_body(PAGES_FIELDS_LEN))?;
         let mut data = vec![0u8; payload_len - head_len];
         read_record(&mut self.stream, &mut data, &mut self.bytes_received, what)
             .map_err(within_body(head_len))?;

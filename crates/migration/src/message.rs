@@ -13,7 +13,7 @@ pub const MAX_PAGES_PAGE_SIZE: u32 = 2 * 1024 * 1024;
 /// The longest `Abort` reason, in bytes of UTF-8.
 pub const MAX_ABORT_REASON_LEN: usize = 1024;
 /// Bytes of a `Pages` payload before the checksums: region, first page, page size, count.
-const PAGES_FIELDS_LEN: usize = 4 + 8 + 4 + 4;
+pub(crate) const PAGES_FIELDS_LEN: usize = 4 + 8 + 4 + 4;
 
 /// One message of the migration stream. Payloads are little-endian with explicit lengths; see
 /// the crate documentation for the layouts.
@@ -282,9 +282,6 @@ pub(crate) fn pages_head_len(fields: &[u8]) -> Option<usize> {
         .checked_mul(4)?
         .checked_add(PAGES_FIELDS_LEN)
 }
-
-/// Bytes of a `Pages` payload before its checksums (see [`pages_head_len`]).
-pub(crate) const PAGES_HEAD_FIELDS_LEN: usize = PAGES_FIELDS_LEN;
 
 /// Decodes a `Pages` payload given in two parts: `head` (the fields and checksums) and
 /// `data` (the page data), which becomes the message's data without a copy. The same rules

@@ -65,12 +65,12 @@ impl SessionKeys {
     /// Our proof: MAC(send key, "proof" || transcript), the transcript being both hellos as
     /// sent, the source's first.
     pub(crate) fn our_proof(&self, transcript: &[u8]) -> [u8; MAC_LEN] {
-        mac(&self.send, &[PROOF_LABEL, transcript])
+        mac(&self.send, [PROOF_LABEL, transcript])
     }
 
     /// Whether `proof` is the peer's proof for `transcript`, compared in constant time.
     pub(crate) fn peer_proof_matches(&self, transcript: &[u8], proof_bytes: &[u8]) -> bool {
-        mac(&self.receive, &[PROOF_LABEL, transcript])
+        mac(&self.receive, [PROOF_LABEL, transcript])
             .ct_eq(proof_bytes)
             .into()
     }
@@ -89,7 +89,7 @@ impl SessionKeys {
 }
 
 /// MAC(key, the concatenation of `parts`).
-fn mac(key: &blake3::Hasher, parts: &[&[u8]]) -> [u8; MAC_LEN] {
+fn mac<'p>(key: &blake3::Hasher, parts: impl IntoIterator<Item = &'p [u8]>) -> [u8; MAC_LEN] {
     let mut mac = key.clone();
     for part in parts {
         mac.update(part);
@@ -99,12 +99,11 @@ fn mac(key: &blake3::Hasher, parts: &[&[u8]]) -> [u8; MAC_LEN] {
 
 /// MAC(key, sequence || parts...).
 fn frame_tag(key: &blake3::Hasher, sequence: u64, parts: &[&[u8]]) -> [u8; MAC_LEN] {
-    let mut mac = key.clone();
-    mac.update(&sequence.to_le_bytes());
-    for part in parts {
-        mac.update(part);
-    }
-    *mac.finalize().as_bytes()
+    let sequence = sequence.to_le_bytes();
+    mac(
+        key,
+        std::iter::once(&sequence[..]).chain(parts.iter().copied()),
+    )
 }
 
 #[cfg(test)]
