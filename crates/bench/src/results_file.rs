@@ -1,5 +1,6 @@
-//! [`write_results_file`] and [`create_results_dir`]: how the benchmarks write their results,
-//! safely even as root in a shared directory (see [`memvisor_safe_files`]).
+//! [`write_results_file`], [`write_results_pair`] and [`create_results_dir`]: how the
+//! benchmarks write their results, safely even as root in a shared directory (see
+//! [`memvisor_safe_files`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -15,6 +16,13 @@ pub fn write_results_file(path: &Path, text: &str) -> Result<(), BenchError> {
         .map_err(|e| BenchError::io("write", path, e))?;
     out.commit()?;
     Ok(())
+}
+
+/// Writes an evaluation's `results.md` (`markdown`) and `results.json` (`json`) in `dir`, each
+/// as [`write_results_file`] does.
+pub fn write_results_pair(dir: &Path, markdown: &str, json: &str) -> Result<(), BenchError> {
+    write_results_file(&dir.join("results.md"), markdown)?;
+    write_results_file(&dir.join("results.json"), json)
 }
 
 /// Creates the results directory `path` if needed; refuses a symbolic link or another user's
@@ -35,6 +43,15 @@ mod tests {
         let p = dir.join("summary.md");
         write_results_file(&p, "# results\n").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "# results\n");
+        write_results_pair(&dir, "# md\n", "{}").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("results.md")).unwrap(),
+            "# md\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("results.json")).unwrap(),
+            "{}"
+        );
         let victim = t.path().join("victim");
         std::fs::write(&victim, "keep").unwrap();
         std::os::unix::fs::symlink(&victim, dir.join("results.csv")).unwrap();

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use memvisor_bench::broker_eval::{broker_eval, broker_markdown, BrokerEvalConfig};
 use memvisor_bench::broker_eval_worker::{run_worker, WorkerKind};
 use memvisor_bench::managed_process::memvisor_next_to;
-use memvisor_bench::results_file::{create_results_dir, write_results_file};
+use memvisor_bench::results_file::{create_results_dir, write_results_pair};
 use memvisor_bench::{interrupt, BenchError};
 use memvisor_control::ByteSize;
 
@@ -119,9 +119,8 @@ fn run(cli: Cli) -> Result<(), BenchError> {
     let md = broker_markdown(&runs);
     print!("{md}");
     create_results_dir(&cli.out_dir)?;
-    write_results_file(&cli.out_dir.join("results.md"), &md)?;
     let json = serde_json::to_string_pretty(&runs).unwrap_or_default();
-    write_results_file(&cli.out_dir.join("results.json"), &json)?;
+    write_results_pair(&cli.out_dir, &md, &json)?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use memvisor_bench::density_eval_config::{
 };
 use memvisor_bench::density_eval_report::{density_json, density_markdown};
 use memvisor_bench::managed_process::memvisor_next_to;
-use memvisor_bench::results_file::{create_results_dir, write_results_file};
+use memvisor_bench::results_file::{create_results_dir, write_results_pair};
 use memvisor_bench::{interrupt, BenchError};
 use memvisor_testvm::GuestImage;
 
@@ -139,11 +139,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
     create_results_dir(&cli.out_dir)?;
     let write = |runs: &[memvisor_bench::density_eval::DensityRun]| -> Result<String, BenchError> {
         let md = density_markdown(&config, runs);
-        write_results_file(&cli.out_dir.join("results.md"), &md)?;
-        write_results_file(
-            &cli.out_dir.join("results.json"),
-            &density_json(&config, runs),
-        )?;
+        write_results_pair(&cli.out_dir, &md, &density_json(&config, runs))?;
         Ok(md)
     };
     let mut write_error = None;

@@ -12,7 +12,7 @@ use memvisor_bench::image_cache_eval::{
 };
 use memvisor_bench::image_cache_worker::{run_image_worker, ImageWorkload};
 use memvisor_bench::managed_process::memvisor_next_to;
-use memvisor_bench::results_file::{create_results_dir, write_results_file};
+use memvisor_bench::results_file::{create_results_dir, write_results_pair};
 use memvisor_bench::{interrupt, BenchError};
 use memvisor_control::ByteSize;
 
@@ -149,9 +149,8 @@ fn run(cli: Cli) -> Result<(), BenchError> {
     let md = image_cache_markdown(&runs);
     print!("{md}");
     create_results_dir(&cli.out_dir)?;
-    write_results_file(&cli.out_dir.join("results.md"), &md)?;
     let json = serde_json::to_string_pretty(&runs).unwrap_or_default();
-    write_results_file(&cli.out_dir.join("results.json"), &json)?;
+    write_results_pair(&cli.out_dir, &md, &json)?;
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use memvisor_bench::migration_eval::migration_eval;
 use memvisor_bench::migration_eval_config::{MigrationCase, MigrationEvalConfig, MigrationVariant};
 use memvisor_bench::migration_eval_report::{migration_json, migration_markdown};
 use memvisor_bench::migration_run::MigrationRun;
-use memvisor_bench::results_file::{create_results_dir, write_results_file};
+use memvisor_bench::results_file::{create_results_dir, write_results_pair};
 use memvisor_bench::BenchError;
 use memvisor_testvm::GuestImage;
 
@@ -173,11 +173,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
     create_results_dir(&cli.out_dir)?;
     let write = |runs: &[MigrationRun]| -> Result<String, BenchError> {
         let md = migration_markdown(runs);
-        write_results_file(&cli.out_dir.join("results.md"), &md)?;
-        write_results_file(
-            &cli.out_dir.join("results.json"),
-            &migration_json(&config, runs),
-        )?;
+        write_results_pair(&cli.out_dir, &md, &migration_json(&config, runs))?;
         Ok(md)
     };
     // The results so far are written after every run: an interrupted evaluation keeps them.
