@@ -252,6 +252,8 @@ struct Plan {
     host_cache: memvisor_pager::HostCache,
     /// `--image-cache`, in bytes.
     image_cache: Option<u64>,
+    /// Warnings to print once every check has passed (a refused run prints only its error).
+    warnings: Vec<String>,
 }
 
 fn plan(args: &RunArgs) -> Result<Plan, RunError> {
@@ -358,16 +360,17 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             reason,
         },
     )?;
+    let mut warnings = Vec::new();
     if let SwapRoom::Sparse { free, need } = room {
-        eprintln!(
-            "memvisor: warning: --swap-dir {} has {} free; the arena can page out up to {} \
-             beyond the budget (it is sparse: only memory the program uses is stored). If the \
-             disk fills, --on-swap-full {} applies.",
+        warnings.push(format!(
+            "--swap-dir {} has {} free; the arena can page out up to {} beyond the budget (it \
+             is sparse: only memory the program uses is stored). If the disk fills, \
+             --on-swap-full {} applies.",
             args.swap_dir.display(),
             format_bytes(free),
             format_bytes(need),
             args.on_swap_full
-        );
+        ));
     }
     let migration_in = match (&args.migration_listen, &args.migration_key) {
         (Some(addr), Some(key)) => Some(migration_destination(addr, key)?),
@@ -389,6 +392,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         migration_in,
         host_cache,
         image_cache,
+        warnings,
     })
 }
 
@@ -464,6 +468,9 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         Some(addr) => Some(MetricsServer::bind(addr, args.metrics_allow_remote)?),
         None => None,
     };
+    for warning in &plan.warnings {
+        eprintln!("memvisor: warning: {warning}");
+    }
     let mut preload = plan.library.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");

@@ -301,8 +301,36 @@ fn bad_input_is_refused_before_the_program_starts() {
     let file = t.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     let swap = t.path().to_str().unwrap().to_string();
+    // A swap directory with less room than the default arena can page out (tmpfs holds at
+    // most the host's RAM): `memvisor run` warns about it, but only once every check has
+    // passed, so a refused run still prints one line.
+    let small = tempfile::tempdir_in("/dev/shm").unwrap();
+    let small_swap = small.path().to_str().unwrap().to_string();
+    let o = memvisor(&ctl)
+        .args(["run", "--swap-dir", &small_swap, "--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("memvisor: warning: --swap-dir"),
+        "no room warning for a tmpfs swap dir: {}",
+        stderr(&o)
+    );
     let touch = format!("touch {}", marker.display());
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "--swap-dir",
+                &small_swap,
+                "--metrics",
+                "0.0.0.0:0",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+            "not a loopback address",
+        ),
         (
             vec!["--swap-dir", &swap, "--", "no-such-program-memvisor"],
             "not found on PATH",
