@@ -17,6 +17,7 @@
 //! Any failure before step 4 cancels both migrations: the source guest keeps running, the
 //! destination discards what it received and listens again.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,33 @@ const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
 /// Polling while the guest is paused (every millisecond there is downtime).
 const PAUSED_POLL: Duration = Duration::from_millis(2);
+
+/// The name the device-state connection has in the source QEMU (`getfd`, `fd:NAME`).
+const DEVICE_STATE_FD: &str = "memvisor-device-state";
+
+/// A `TCP_NODELAY` connection to the destination QEMU's device-state address `host_port`.
+fn connect_device_channel(host_port: &str) -> Result<std::net::TcpStream, MigrateError> {
+    use std::net::ToSocketAddrs;
+    let failed = |e: std::io::Error| {
+        MigrateError::Failed(format!(
+            "connecting to the destination's device-state address {host_port}: {e}"
+        ))
+    };
+    let mut last = std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "the host name resolves to no address",
+    );
+    for address in host_port.to_socket_addrs().map_err(failed)? {
+        match std::net::TcpStream::connect_timeout(&address, QMP_TIMEOUT) {
+            Ok(tcp) => {
+                tcp.set_nodelay(true).map_err(failed)?;
+                return Ok(tcp);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(failed(last))
+}
 
 /// Runs the whole migration and prints progress (stderr) and a summary (stdout).
 pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
@@ -194,6 +222,10 @@ struct Migration<'a> {
 /// What a completed migration reports.
 struct Summary {
     memory: MigrationStatus,
+    /// From the pause at `pre-switchover` until the destination acknowledged the last round.
+    last_round: Duration,
+    /// From `migrate-continue` until the source QEMU completed (device state sent and loaded).
+    switchover: Duration,
     downtime_ms: Option<u64>,
     device_bytes: Option<u64>,
     destination_state: String,
@@ -222,17 +254,27 @@ impl Migration<'_> {
             Err(e) => return Err(e.into()),
         }
         self.qemu_started = true;
-        self.src.migrate(device_uri)?;
-        self.src
-            .wait_migration_status(&["pre-switchover"], Duration::from_secs(60))?;
+        self.start_device_state(device_uri)?;
+        // The guest pauses on the way there: poll as while paused.
+        self.src.wait_migration_status_every(
+            &["pre-switchover"],
+            Duration::from_secs(60),
+            PAUSED_POLL,
+        )?;
         // 3. The last memory round, guest paused.
+        let paused = Instant::now();
         self.control.migrate(&Request::MigrateFinish)?;
         let memory = self.wait_memory(&["completed"], None, PAUSED_POLL)?;
+        let last_round = paused.elapsed();
         // 4. Switch over.
+        let continued = Instant::now();
         self.src.migrate_continue("pre-switchover")?;
-        let info = self
-            .src
-            .wait_migration_status(&["completed"], Duration::from_secs(60))?;
+        let info = self.src.wait_migration_status_every(
+            &["completed"],
+            Duration::from_secs(60),
+            PAUSED_POLL,
+        )?;
+        let switchover = continued.elapsed();
         let mut state = self.dst.query_status()?;
         let until = Instant::now() + Duration::from_secs(30);
         while state.status == "inmigrate" && Instant::now() < until {
@@ -246,10 +288,33 @@ impl Migration<'_> {
         }
         Ok(Summary {
             memory,
+            last_round,
+            switchover,
             downtime_ms: info.downtime_ms,
             device_bytes: info.ram_transferred,
             destination_state: state.status,
         })
+    }
+
+    /// Starts the source QEMU's device-state migration to `device_uri`. For a `tcp:HOST:PORT`
+    /// URI and a source QMP socket that can carry descriptors, memvisor connects itself, with
+    /// `TCP_NODELAY`, and hands QEMU the connection (`getfd`, then `migrate fd:NAME`): QEMU
+    /// 7.2's own `tcp:` socket keeps Nagle's algorithm on, and the device state's last short
+    /// segment then waits for the destination's delayed acknowledgement, 40 ms of downtime
+    /// in about half of the migrations measured here.
+    fn start_device_state(&mut self, device_uri: &str) -> Result<(), MigrateError> {
+        let own_connection = device_uri
+            .strip_prefix("tcp:")
+            .filter(|host_port| !host_port.contains(','))
+            .filter(|_| self.src.can_pass_fds());
+        let Some(host_port) = own_connection else {
+            return Ok(self.src.migrate(device_uri)?);
+        };
+        let tcp = connect_device_channel(host_port)?;
+        self.src.pass_fd(DEVICE_STATE_FD, tcp.as_fd())?;
+        self.src.migrate(&format!("fd:{DEVICE_STATE_FD}"))?;
+        // QEMU holds its own duplicate; ours closes here.
+        Ok(())
     }
 
     /// Polls the source's memory migration every `poll` until its state is one of `wanted`
@@ -349,5 +414,11 @@ fn print_summary(s: &Summary, total: Duration) {
         s.downtime_ms.map_or("?".into(), |d| d.to_string()),
         s.device_bytes.map_or("?".into(), format_bytes),
         s.destination_state
+    );
+    println!(
+        "paused: last memory round {} ms ({} pages changed), device state and switch-over {} ms",
+        s.last_round.as_millis(),
+        m.last_round_changed_pages,
+        s.switchover.as_millis()
     );
 }

@@ -50,6 +50,7 @@ fn check_migrated_and_verified(
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", stderr(out));
     assert!(text.contains("migrated in"), "{text}");
+    assert!(text.contains("paused: last memory round"), "{text}");
     eprintln!("{text}{}", stderr(out));
 
     let s = src.status().migration.expect("source migration status");

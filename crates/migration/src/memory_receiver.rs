@@ -191,7 +191,10 @@ impl<'a> MemoryReceiver<'a> {
                     pages += n;
                     self.progress.add_zero_pages(n);
                 }
-                Message::RoundEnd { .. } => self.progress.round_done(),
+                Message::RoundEnd { .. } => {
+                    installer.flush()?;
+                    self.progress.round_done();
+                }
                 Message::Finish => {
                     // Done acknowledges pages installed, not only received.
                     installer.finish()?;
@@ -277,32 +280,37 @@ fn check_pages(r: &Region, first: u64, page_size: u32, len: usize) -> Result<u64
     Ok(n)
 }
 
-/// Installs `data` as pages `first..` of `r`, split at chunk boundaries; how many pages.
+/// Installs each message's data (`(first page, data)`, whole pages of `page_size`) as pages
+/// `first..` of `r`, split at chunk boundaries, in one request to the pager; how many pages.
 pub(crate) fn install(
     r: &Region,
-    first: u64,
+    messages: Vec<(u64, Vec<u8>)>,
     page_size: u32,
-    data: Vec<u8>,
     progress: &MigrationProgress,
 ) -> Result<u64, MigrationError> {
-    let n = check_pages(r, first, page_size, data.len())?;
     let pg = page_size as usize;
     let ppc = (r.chunk_size() / pg) as u64;
-    if first % ppc + n <= ppc {
-        // The usual case, one chunk: the message's buffer goes to the pager as it is.
-        let placed = r.install_pages(first as usize, data)?;
-        progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
-        return Ok(n);
+    let mut runs = Vec::with_capacity(messages.len());
+    let mut total = 0;
+    for (first, data) in messages {
+        let n = check_pages(r, first, page_size, data.len())?;
+        total += n;
+        if first % ppc + n <= ppc {
+            // The usual case, one chunk: the message's buffer goes to the pager as it is.
+            runs.push((first as usize, data));
+            continue;
+        }
+        let mut at = first;
+        let mut rest: &[u8] = &data;
+        while !rest.is_empty() {
+            let in_chunk = (ppc - at % ppc).min(rest.len() as u64 / pg as u64);
+            let (now, later) = rest.split_at(in_chunk as usize * pg);
+            runs.push((at as usize, now.to_vec()));
+            at += in_chunk;
+            rest = later;
+        }
     }
-    let mut at = first;
-    let mut rest: &[u8] = &data;
-    while !rest.is_empty() {
-        let in_chunk = (ppc - at % ppc).min(rest.len() as u64 / pg as u64);
-        let (now, later) = rest.split_at(in_chunk as usize * pg);
-        let placed = r.install_pages(at as usize, now.to_vec())?;
-        progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
-        at += in_chunk;
-        rest = later;
-    }
-    Ok(n)
+    let placed = r.install_runs(runs)?;
+    progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
+    Ok(total)
 }

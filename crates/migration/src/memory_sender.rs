@@ -18,7 +18,7 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use memvisor_pager::{MigrationPages, Region};
@@ -42,6 +42,10 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 const MIN_MEASURED_BYTES: u64 = 8 << 20;
 /// The rate assumed when round 0 sent too little to measure one, bytes per second.
 const ASSUMED_RATE: f64 = 64.0 * (1 << 20) as f64;
+/// A read request of a later round asks for at most this many pages...
+const BATCH_PAGES: usize = 256;
+/// ...in at most this many runs.
+const BATCH_RUNS: usize = 64;
 /// Pause between rounds once converged, waiting for the finish signal.
 const CONVERGED_PAUSE: Duration = Duration::from_millis(20);
 
@@ -59,17 +63,36 @@ pub struct SenderOptions {
 pub struct SenderSignals {
     finish: AtomicBool,
     cancel: AtomicBool,
+    /// Wakes a sender pausing between rounds.
+    wake: Mutex<()>,
+    woken: Condvar,
 }
 
 impl SenderSignals {
     /// The guest is paused: send the last round and finish.
     pub fn finish(&self) {
         self.finish.store(true, Ordering::Release);
+        self.wake_sender();
     }
 
     /// Stop; the destination discards what it got.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Release);
+        self.wake_sender();
+    }
+
+    fn wake_sender(&self) {
+        // Taking the lock orders the store before a pausing sender's check.
+        drop(self.wake.lock().unwrap_or_else(|e| e.into_inner()));
+        self.woken.notify_all();
+    }
+
+    /// Sleeps up to `pause`, less if `finish` or `cancel` is signalled (or was already).
+    fn pause(&self, pause: Duration) {
+        let guard = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .woken
+            .wait_timeout_while(guard, pause, |_| !self.finishing() && !self.cancelled());
     }
 
     fn finishing(&self) -> bool {
@@ -213,7 +236,7 @@ impl<'a> MemorySender<'a> {
                 if self.progress.state() == "sending" {
                     self.progress.set_state("converged");
                 }
-                std::thread::sleep(CONVERGED_PAUSE);
+                self.signals.pause(CONVERGED_PAUSE);
             }
         }
         self.stream.send(&Message::Finish)?;
@@ -270,15 +293,26 @@ impl<'a> MemorySender<'a> {
     fn send_changes(&mut self, round: u32) -> Result<u64, MigrationError> {
         let before = self.pages_sent;
         let mut changed = 0;
+        // A round of scattered changes is thousands of short frames: corked, the kernel sends
+        // them in full segments (on loopback each segment also runs the receiving side's
+        // network stack on this thread) and the receiver wakes per segment, not per frame.
+        set_cork(self.stream.get_ref(), true);
         for (ri, region) in self.regions.iter().enumerate() {
-            for (first, n) in region.take_changed_pages()? {
+            let runs = region.take_changed_pages()?;
+            for batch in read_batches(&runs) {
                 self.check_cancel()?;
-                changed += n as u64;
-                self.send_run(ri, region, first, n, true)?;
+                changed += batch.iter().map(|&(_, n)| n as u64).sum::<u64>();
+                // Scattered changes are many short runs: read together, in one hand-over.
+                for read in region.read_runs_for_migration(batch.to_vec())? {
+                    self.send_read(ri, read, true)?;
+                }
             }
         }
         self.progress.set_last_round_changed(changed);
-        self.end_round(round, self.pages_sent - before)?;
+        let ended = self.end_round(round, self.pages_sent - before);
+        // Uncorking sends what is left at once (corked data would wait up to 200 ms).
+        set_cork(self.stream.get_ref(), false);
+        ended?;
         Ok(changed)
     }
 
@@ -287,20 +321,6 @@ impl<'a> MemorySender<'a> {
         self.progress.round_done();
         self.sync_wire_bytes();
         Ok(())
-    }
-
-    /// Reads pages `first..first + n` of region `ri` (inside one chunk) and sends them
-    /// ([`send_read`](Self::send_read)).
-    fn send_run(
-        &mut self,
-        ri: usize,
-        region: &Region,
-        first: usize,
-        n: usize,
-        zeros: bool,
-    ) -> Result<(), MigrationError> {
-        let read = region.read_for_migration(first, n)?;
-        self.send_read(ri, read, zeros)
     }
 
     /// Sends the non-zero pages of `read` (of region `ri`) as `Pages` and, with `zeros`, the
@@ -352,6 +372,46 @@ impl<'a> MemorySender<'a> {
         self.progress
             .set_wire_bytes(self.stream.bytes_sent() + self.stream.bytes_received());
     }
+}
+
+/// Sets `TCP_CORK` on `tcp` (best effort: without it frames go out one by one, as before).
+fn set_cork(tcp: &TcpStream, on: bool) {
+    use std::os::fd::AsRawFd;
+    let value: libc::c_int = on.into();
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&value`, which lives across
+    // the call; the descriptor is the open socket `tcp` owns.
+    let _ = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// The runs of one read request: consecutive runs of `runs` up to [`BATCH_PAGES`] pages or
+/// [`BATCH_RUNS`] runs together (a longer run alone).
+fn read_batches(runs: &[(usize, usize)]) -> impl Iterator<Item = &[(usize, usize)]> {
+    let mut rest = runs;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut pages = 0;
+        let mut end = 0;
+        while end < rest.len()
+            && end < BATCH_RUNS
+            && (end == 0 || pages + rest[end].1 <= BATCH_PAGES)
+        {
+            pages += rest[end].1;
+            end += 1;
+        }
+        let (batch, tail) = rest.split_at(end);
+        rest = tail;
+        Some(batch)
+    })
 }
 
 /// The rate (bytes per second) that decides convergence: what round 0 sustained (`bytes` in

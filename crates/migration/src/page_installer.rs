@@ -7,6 +7,12 @@
 //! the installs handed to a thread (at most [`INSTALLS_WAITING`] waiting), the next message
 //! is received while the last one is installed. Installs and discards run in the order the
 //! messages came, so a page zeroed after it was sent ends zero.
+//!
+//! Short `Pages` messages (a round of scattered changes sends thousands of them) are handed
+//! over together, up to [`BATCH_PAGES`] pages or [`BATCH_MESSAGES`] messages of one region,
+//! and installed in one request to the pager: each request is a hand-over to the pager's
+//! thread, which cost more than the install of a few pages. A batch goes when it is full, and
+//! before a discard, at a round's end and at the finish.
 
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
@@ -17,17 +23,20 @@ use memvisor_pager::Region;
 use crate::migration_error::MigrationError;
 use crate::migration_progress::MigrationProgress;
 
-/// Messages received and waiting to be installed, at most.
+/// Hand-overs received and waiting to be installed, at most.
 pub const INSTALLS_WAITING: usize = 4;
+/// A batch of short `Pages` messages is handed over once it holds this many pages...
+pub const BATCH_PAGES: u64 = 256;
+/// ...or this many messages.
+pub const BATCH_MESSAGES: usize = 64;
 
 /// One install.
 enum Install {
-    /// Whole pages from region page `first` (a `Pages` message's data).
+    /// Whole pages of `page_size`: each message's data from its first region page on.
     Pages {
         region: Arc<Region>,
-        first: u64,
         page_size: u32,
-        data: Vec<u8>,
+        messages: Vec<(u64, Vec<u8>)>,
     },
     /// Bytes `offset..offset + len` became zero (a `Zero` message).
     Discard {
@@ -39,6 +48,8 @@ enum Install {
 
 /// The installing thread and the way to it.
 pub(crate) struct PageInstaller<'scope> {
+    /// `Pages` messages not handed over yet, and their page count.
+    batch: Option<(Install, u64)>,
     work: Option<SyncSender<Install>>,
     thread: Option<ScopedJoinHandle<'scope, Result<(), MigrationError>>>,
 }
@@ -61,12 +72,11 @@ impl<'scope> PageInstaller<'scope> {
                     match install {
                         Install::Pages {
                             region,
-                            first,
                             page_size,
-                            data,
+                            messages,
                         } => {
                             crate::memory_receiver::install(
-                                &region, first, page_size, data, progress,
+                                &region, messages, page_size, progress,
                             )?;
                         }
                         Install::Discard {
@@ -84,13 +94,15 @@ impl<'scope> PageInstaller<'scope> {
             source,
         })?;
         Ok(Self {
+            batch: None,
             work: Some(tx),
             thread: Some(thread),
         })
     }
 
-    /// Hands over the pages of a `Pages` message. An earlier install that failed is returned
-    /// here (the installer stopped at it).
+    /// Adds the pages of a `Pages` message (`pages` of them) to the batch, handing the batch
+    /// over when it is full. An earlier install that failed is returned here (the installer
+    /// stopped at it).
     pub(crate) fn pages(
         &mut self,
         region: Arc<Region>,
@@ -98,21 +110,55 @@ impl<'scope> PageInstaller<'scope> {
         page_size: u32,
         data: Vec<u8>,
     ) -> Result<(), MigrationError> {
-        self.hand_over(Install::Pages {
-            region,
-            first,
-            page_size,
-            data,
-        })
+        let pages = (data.len() / (page_size as usize).max(1)) as u64;
+        let joins = matches!(
+            &self.batch,
+            Some((Install::Pages { region: r, page_size: p, .. }, _))
+                if Arc::ptr_eq(r, &region) && *p == page_size
+        );
+        if !joins {
+            self.flush()?;
+        }
+        let (install, count) = self.batch.get_or_insert_with(|| {
+            (
+                Install::Pages {
+                    region,
+                    page_size,
+                    messages: Vec::new(),
+                },
+                0,
+            )
+        });
+        let full = match install {
+            Install::Pages { messages, .. } => {
+                messages.push((first, data));
+                *count += pages;
+                *count >= BATCH_PAGES || messages.len() >= BATCH_MESSAGES
+            }
+            Install::Discard { .. } => false,
+        };
+        if full {
+            self.flush()?;
+        }
+        Ok(())
     }
 
-    /// Hands over the discard of a `Zero` message's bytes.
+    /// Hands over the batch of `Pages` messages, if any.
+    pub(crate) fn flush(&mut self) -> Result<(), MigrationError> {
+        match self.batch.take() {
+            Some((install, _)) => self.hand_over(install),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands over the discard of a `Zero` message's bytes (after the batch: in order).
     pub(crate) fn discard(
         &mut self,
         region: Arc<Region>,
         offset: usize,
         len: usize,
     ) -> Result<(), MigrationError> {
+        self.flush()?;
         self.hand_over(Install::Discard {
             region,
             offset,
@@ -122,7 +168,8 @@ impl<'scope> PageInstaller<'scope> {
 
     /// Waits until everything handed over is installed; the first failure if one failed.
     pub(crate) fn finish(mut self) -> Result<(), MigrationError> {
-        self.stop()
+        let flushed = self.flush();
+        self.stop().and(flushed)
     }
 
     fn hand_over(&mut self, install: Install) -> Result<(), MigrationError> {

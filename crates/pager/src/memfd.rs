@@ -86,6 +86,44 @@ impl Memfd {
         )
     }
 
+    /// Copies `buf.len()` bytes at `offset` of the file into `buf` (`pread`, a hole reads as
+    /// zeros). Unlike a copy through a mapping, this sets up no page-table entries: reading
+    /// memory once through a fresh mapping costs a minor fault per page (about 0.6 GB/s here,
+    /// against several GB/s for the kernel's copy). A raw system call: the `LD_PRELOAD` library
+    /// interposes the libc `pread` (see [`crate::raw_memory_calls`] for why that matters).
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            // SAFETY: pread64 writes at most `rest.len()` bytes into `rest`, which is ours.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_pread64,
+                    self.fd.as_raw_fd() as libc::c_long,
+                    rest.as_mut_ptr(),
+                    rest.len(),
+                    (offset + done) as libc::c_long,
+                )
+            };
+            match r {
+                -1 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("memory file ends before byte {}", offset + done),
+                    ))
+                }
+                n => done += n as usize,
+            }
+        }
+        Ok(())
+    }
+
     /// Allocates zeroed pages for `[offset, offset + len)` (`fallocate(0)`).
     pub fn allocate(&self, offset: usize, len: usize) -> io::Result<()> {
         self.fallocate(0, offset, len)

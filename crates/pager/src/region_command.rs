@@ -56,18 +56,16 @@ pub(crate) enum MigrationRequest {
     TrackChanges(bool),
     /// The chunks to send, most valuable first.
     Order(Arc<Mutex<Vec<usize>>>),
-    /// Read `pages` pages from region page `first_page` on (inside one chunk).
+    /// Read each run (region page, count), each inside one chunk.
     Read {
-        first_page: usize,
-        pages: usize,
-        out: Arc<Mutex<MigrationPages>>,
+        runs: Vec<(usize, usize)>,
+        out: Arc<Mutex<Vec<MigrationPages>>>,
     },
     /// The runs of pages changed since the last such request, as (region page, count).
     TakeChanged(Arc<Mutex<Vec<(usize, usize)>>>),
-    /// Install `data` (whole pages) as region pages `first_page..` (inside one chunk).
+    /// Install each run (region page, whole pages of data; each inside one chunk), in order.
     Install {
-        first_page: usize,
-        data: Vec<u8>,
+        runs: Vec<(usize, Vec<u8>)>,
         out: Arc<Mutex<InstallOutcome>>,
     },
 }

@@ -41,10 +41,21 @@ impl Region {
         first_page: usize,
         pages: usize,
     ) -> Result<MigrationPages, PagerError> {
-        let out = Arc::new(Mutex::new(MigrationPages::default()));
+        let mut read = self.read_runs_for_migration(vec![(first_page, pages)])?;
+        Ok(read.pop().unwrap_or_default())
+    }
+
+    /// Source: [`read_for_migration`](Self::read_for_migration) of each run `(first region
+    /// page, count)`, in one visit to the fault handler (a round of scattered changes reads
+    /// many short runs; each visit is a hand-over between threads). The reads come back in the
+    /// order of `runs`; any failed read fails them all.
+    pub fn read_runs_for_migration(
+        &self,
+        runs: Vec<(usize, usize)>,
+    ) -> Result<Vec<MigrationPages>, PagerError> {
+        let out = Arc::new(Mutex::new(Vec::new()));
         self.migration(MigrationRequest::Read {
-            first_page,
-            pages,
+            runs,
             out: out.clone(),
         })?;
         Ok(take(&out))
@@ -66,10 +77,18 @@ impl Region {
         first_page: usize,
         data: Vec<u8>,
     ) -> Result<InstallOutcome, PagerError> {
+        self.install_runs(vec![(first_page, data)])
+    }
+
+    /// Destination: [`install_pages`](Self::install_pages) of each run `(first region page,
+    /// data)` in order, in one visit to the fault handler (a round of scattered changes
+    /// brings many short runs; each visit is a hand-over between threads). Where the pages
+    /// went, summed; the first failed install fails the call, and the runs after it are not
+    /// installed.
+    pub fn install_runs(&self, runs: Vec<(usize, Vec<u8>)>) -> Result<InstallOutcome, PagerError> {
         let out = Arc::new(Mutex::new(InstallOutcome::default()));
         self.migration(MigrationRequest::Install {
-            first_page,
-            data,
+            runs,
             out: out.clone(),
         })?;
         Ok(take(&out))

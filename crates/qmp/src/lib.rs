@@ -22,6 +22,7 @@
 //! [`MAX_LINE_BYTES`] is refused without being buffered whole, and bad input never panics.
 //! There is no async runtime: one client is one blocking socket.
 
+mod fd_passing;
 mod line_reader;
 mod migration_info;
 mod qmp_address;

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -84,7 +85,7 @@ impl QmpClient {
             QmpReply::Greeting(greeting) => greeting,
             other => return Err(client.protocol(action, format!("got {}", describe(&other)))),
         };
-        client.execute_before("qmp_capabilities", None, deadline, timeout)?;
+        client.execute_before("qmp_capabilities", None, None, deadline, timeout)?;
         Ok(client)
     }
 
@@ -114,7 +115,28 @@ impl QmpClient {
     /// commands are dropped.
     pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value, QmpError> {
         let timeout = self.timeout;
-        self.execute_before(command, arguments, deadline_after(timeout), timeout)
+        self.execute_before(command, arguments, None, deadline_after(timeout), timeout)
+    }
+
+    /// Whether this connection can pass descriptors to QEMU ([`pass_fd`](Self::pass_fd)): a
+    /// Unix socket can, TCP cannot.
+    pub fn can_pass_fds(&self) -> bool {
+        self.stream.can_pass_fds()
+    }
+
+    /// `getfd`: gives QEMU a duplicate of `fd` under `name` (for a later `fd:NAME` URI, such
+    /// as `migrate`'s); replaces one of the same name. Only over a Unix socket
+    /// ([`can_pass_fds`](Self::can_pass_fds)); QEMU owns its duplicate, the caller keeps `fd`.
+    pub fn pass_fd(&mut self, name: &str, fd: BorrowedFd<'_>) -> Result<(), QmpError> {
+        let timeout = self.timeout;
+        self.execute_before(
+            "getfd",
+            Some(json!({ "fdname": name })),
+            Some(fd),
+            deadline_after(timeout),
+            timeout,
+        )
+        .map(drop)
     }
 
     /// The events read so far and not yet taken, oldest first. Events are read while the
@@ -213,6 +235,17 @@ impl QmpClient {
         wanted: &[&str],
         timeout: Duration,
     ) -> Result<MigrationInfo, QmpError> {
+        self.wait_migration_status_every(wanted, timeout, MIGRATION_POLL)
+    }
+
+    /// [`wait_migration_status`](Self::wait_migration_status), polling every `poll`: shorter
+    /// while the guest is paused (each poll interval may add to the downtime).
+    pub fn wait_migration_status_every(
+        &mut self,
+        wanted: &[&str],
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<MigrationInfo, QmpError> {
         let deadline = deadline_after(timeout);
         loop {
             let info = self.query_migrate()?;
@@ -238,7 +271,7 @@ impl QmpClient {
                     timeout_ms: millis(timeout),
                 });
             }
-            std::thread::sleep(left.min(MIGRATION_POLL));
+            std::thread::sleep(left.min(poll));
         }
     }
 
@@ -255,6 +288,7 @@ impl QmpClient {
         &mut self,
         command: &str,
         arguments: Option<Value>,
+        fd: Option<BorrowedFd<'_>>,
         deadline: Instant,
         timeout: Duration,
     ) -> Result<Value, QmpError> {
@@ -267,9 +301,11 @@ impl QmpClient {
         let mut bytes = message.to_string().into_bytes();
         bytes.push(b'\n');
         let sending = format!("sending '{command}'");
-        self.stream
-            .write_all_before(&bytes, deadline)
-            .map_err(|e| self.io_error(e, &sending, timeout))?;
+        let written = match fd {
+            Some(fd) => self.stream.write_all_with_fd_before(&bytes, fd, deadline),
+            None => self.stream.write_all_before(&bytes, deadline),
+        };
+        written.map_err(|e| self.io_error(e, &sending, timeout))?;
         let action = format!("waiting for the reply to '{command}'");
         let id = Value::from(id);
         loop {

@@ -4,6 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
@@ -83,6 +84,30 @@ impl QmpStream {
             }
         }
         Ok(())
+    }
+
+    /// Writes all of `bytes` before `deadline`, with `fd` attached to the first of them
+    /// (`SCM_RIGHTS`); only a Unix socket can carry a descriptor.
+    pub(crate) fn write_all_with_fd_before(
+        &mut self,
+        bytes: &[u8],
+        fd: BorrowedFd<'_>,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let QmpStream::Unix(socket) = self else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a descriptor can be passed over a Unix socket only",
+            ));
+        };
+        socket.set_write_timeout(Some(time_left(deadline)?))?;
+        let sent = crate::fd_passing::send_with_fd(socket, bytes, fd)?;
+        self.write_all_before(&bytes[sent..], deadline)
+    }
+
+    /// Whether descriptors can be passed ([`write_all_with_fd_before`](Self::write_all_with_fd_before)).
+    pub(crate) fn can_pass_fds(&self) -> bool {
+        matches!(self, QmpStream::Unix(_))
     }
 
     /// A reader of this stream whose every read ends by `deadline`.

@@ -177,6 +177,38 @@ fn query_status_and_qemus_errors() {
     assert!(qmp.take_events().is_empty());
 }
 
+/// `getfd` with a descriptor riding on the command: QEMU files it under the name (`closefd`
+/// finds it once); over TCP no descriptor can be passed, and the refusal says so.
+#[test]
+fn passes_a_descriptor_by_name() {
+    use std::os::fd::AsFd;
+    let qemu = Qemu::start(&[]);
+    let mut qmp = qemu.connect();
+    assert!(qmp.can_pass_fds());
+    let (mine, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    qmp.pass_fd("memvisor-test", mine.as_fd()).unwrap();
+    qmp.execute(
+        "closefd",
+        Some(serde_json::json!({"fdname": "memvisor-test"})),
+    )
+    .unwrap();
+    let e = qmp
+        .execute(
+            "closefd",
+            Some(serde_json::json!({"fdname": "memvisor-test"})),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("memvisor-test"), "{e}");
+    // The connection is still in step after the descriptor's command.
+    assert_eq!(qmp.query_status().unwrap().status, "prelaunch");
+
+    let tcp = Qemu::start_tcp(&[]);
+    let mut over_tcp = tcp.connect();
+    assert!(!over_tcp.can_pass_fds());
+    let e = over_tcp.pass_fd("memvisor-test", mine.as_fd()).unwrap_err();
+    assert!(e.to_string().contains("Unix socket"), "{e}");
+}
+
 #[test]
 fn connects_over_tcp_and_quits() {
     let mut qemu = Qemu::start_tcp(&[]);

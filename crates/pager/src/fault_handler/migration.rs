@@ -37,13 +37,12 @@ impl FaultHandler {
                 put(&out, order);
                 Ok(())
             }
-            MigrationRequest::Read {
-                first_page,
-                pages,
-                out,
-            } => {
-                let read = self.read_for_migration(first_page, pages)?;
-                put(&out, read);
+            MigrationRequest::Read { runs, out } => {
+                let reads = runs
+                    .into_iter()
+                    .map(|(first_page, pages)| self.read_for_migration(first_page, pages))
+                    .collect::<Result<Vec<_>, _>>()?;
+                put(&out, reads);
                 Ok(())
             }
             MigrationRequest::TakeChanged(out) => {
@@ -51,13 +50,14 @@ impl FaultHandler {
                 put(&out, changed);
                 Ok(())
             }
-            MigrationRequest::Install {
-                first_page,
-                data,
-                out,
-            } => {
-                let outcome = self.install(first_page, &data)?;
-                put(&out, outcome);
+            MigrationRequest::Install { runs, out } => {
+                let mut total = InstallOutcome::default();
+                for (first_page, data) in runs {
+                    let placed = self.install(first_page, &data)?;
+                    total.in_memory += placed.in_memory;
+                    total.to_swap += placed.to_swap;
+                }
+                put(&out, total);
                 Ok(())
             }
         }
@@ -208,16 +208,17 @@ impl FaultHandler {
             if lo >= hi {
                 continue;
             }
-            // SAFETY: the alias mapping covers the whole region; these pages are resident
-            // (in the memfd). The program may write them meanwhile: such writes are tracked
-            // and sent again in a later round. No Rust reference to the mapping exists.
-            let src = unsafe {
-                std::slice::from_raw_parts(
-                    self.memory.alias.as_ptr().add(start + lo * pg),
-                    (hi - lo) * pg,
+            // Resident pages are in the memfd. The program may write them meanwhile: such
+            // writes are tracked and sent again in a later round.
+            self.memory
+                .memfd
+                .read_at(
+                    start + lo * pg,
+                    &mut out.data[(lo - p0) * pg..(hi - p0) * pg],
                 )
-            };
-            out.data[(lo - p0) * pg..(hi - p0) * pg].copy_from_slice(src);
+                .map_err(|e| {
+                    self.migration_error(first_page - p0 + lo, format!("reading memory: {e}"))
+                })?;
         }
         let missing = self.chunks.runs(c, |p| {
             p >= p0 && p < p0 + pages && !self.chunks.is_page_resident(c, p)
