@@ -454,6 +454,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn read_batches_cover_every_run_in_order_within_the_limits() {
+        let runs: Vec<(usize, usize)> = (0..200).map(|i| (i * 10, 1 + i % 7)).collect();
+        let batches: Vec<&[(usize, usize)]> = read_batches(&runs).collect();
+        assert_eq!(batches.concat(), runs);
+        for b in &batches {
+            assert!(!b.is_empty() && b.len() <= BATCH_RUNS);
+            assert!(b.iter().map(|r| r.1).sum::<usize>() <= BATCH_PAGES);
+        }
+        assert_eq!(batches[0].len(), BATCH_RUNS, "short runs fill a batch by count");
+        // Long runs: each alone (one over the limit too), never split or dropped.
+        let long = [(0, 200), (256, 100), (512, 256), (768, 300)];
+        let batches: Vec<&[(usize, usize)]> = read_batches(&long).collect();
+        assert_eq!(
+            batches,
+            vec![&long[0..1], &long[1..2], &long[2..3], &long[3..4]]
+        );
+        assert_eq!(read_batches(&[]).count(), 0);
+    }
+
+    #[test]
     fn convergence_rate_is_measured_assumed_or_capped() {
         let s = Duration::from_secs(1);
         assert_eq!(convergence_rate(100 << 20, s, None), (100 << 20) as f64);
