@@ -462,7 +462,11 @@ mod tests {
             assert!(!b.is_empty() && b.len() <= BATCH_RUNS);
             assert!(b.iter().map(|r| r.1).sum::<usize>() <= BATCH_PAGES);
         }
-        assert_eq!(batches[0].len(), BATCH_RUNS, "short runs fill a batch by count");
+        assert_eq!(
+            batches[0].len(),
+            BATCH_RUNS,
+            "short runs fill a batch by count"
+        );
         // Long runs: each alone (one over the limit too), never split or dropped.
         let long = [(0, 200), (256, 100), (512, 256), (768, 300)];
         let batches: Vec<&[(usize, usize)]> = read_batches(&long).collect();

@@ -21,6 +21,7 @@ use crate::refault_curve::{RefaultCounters, RefaultCurve};
 use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
+use crate::residency_hint::ResidencyHint;
 use crate::thread_start_hook::spawn_pager_thread;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
 
@@ -165,6 +166,7 @@ impl Region {
             commands: CommandQueue::new(wake),
             budget_chunks: AtomicUsize::new(budget_chunks),
             policy: Mutex::new(config.policy.to_string()),
+            residency: Arc::new(ResidencyHint::new(len / page_size())),
             running: Mutex::new(false),
             started: Condvar::new(),
         });
@@ -329,6 +331,20 @@ impl Region {
         self.shared
             .commands
             .submit(self.name(), RegionCommand::PrepareOverwrite { offset, len })
+    }
+
+    /// Whether every page that `[offset, offset + len)` covers whole was resident when the
+    /// fault handler last changed it: a hint, read without asking the handler, that may lag a
+    /// page-in or an eviction under way (see `ResidencyHint`). True if the range covers no
+    /// whole page; false if it leaves the region.
+    pub fn covered_pages_resident(&self, offset: usize, len: usize) -> bool {
+        let page = page_size();
+        let (first, end) = (
+            offset.next_multiple_of(page),
+            offset.saturating_add(len) / page,
+        );
+        let first = first / page;
+        end <= first || self.shared.residency.all_resident(first, end - first)
     }
 
     /// Swap mapper (VSwapper): a complete read of `len` bytes at byte `file_offset` of

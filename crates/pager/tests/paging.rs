@@ -999,3 +999,73 @@ fn busy_polling_stops_when_faults_stop() {
     );
     assert_eq!(region.stats().read_errors, 0);
 }
+
+/// The residency hint other threads read (`covered_pages_resident`) follows page-ins and
+/// evictions: once the handler is idle it agrees page for page with the memfd (`mincore` of
+/// the region's shared mapping reports the file's pages).
+#[test]
+fn the_residency_hint_follows_page_ins_and_evictions() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let size = 8 * chunk;
+    let region =
+        Region::new(config(size, 2 * chunk, chunk, dir.path()).page_out(PageOut::Sync)).unwrap();
+    let in_memfd = |region: &Region| -> Vec<bool> {
+        let mut vec = vec![0u8; size / ps];
+        // SAFETY: the region's mapping is `size` bytes, page-aligned; mincore writes one byte
+        // per page into `vec`.
+        let r = unsafe { libc::mincore(region.as_ptr().cast(), size, vec.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        vec.iter().map(|v| v & 1 != 0).collect()
+    };
+    let hinted = |region: &Region| -> Vec<bool> {
+        (0..size / ps)
+            .map(|p| region.covered_pages_resident(p * ps, ps))
+            .collect()
+    };
+    assert!(
+        !region.covered_pages_resident(0, chunk),
+        "nothing touched yet"
+    );
+    let mut buf = vec![0u8; ps];
+    for p in 0..size / ps {
+        pattern(p as u64, &mut buf);
+        write(&region, p * ps, &buf);
+    }
+    region.barrier().unwrap();
+    assert_eq!(hinted(&region), in_memfd(&region), "after the writes");
+    assert!(
+        region.covered_pages_resident(size - ps, ps),
+        "the last page written"
+    );
+    assert!(
+        !region.covered_pages_resident(0, chunk),
+        "the first chunk was evicted"
+    );
+    assert!(
+        !region.covered_pages_resident(6 * chunk, 2 * chunk + ps),
+        "past the end"
+    );
+    // A range covering no whole page asks nothing.
+    assert!(region.covered_pages_resident(1, ps - 1));
+    // Reading the first chunk again brings pages back and evicts others.
+    let mut got = vec![0u8; ps];
+    for p in 0..chunk / ps {
+        read(&region, p * ps, &mut got);
+        pattern(p as u64, &mut buf);
+        assert!(got == buf, "page {p} differs");
+    }
+    region.barrier().unwrap();
+    assert_eq!(hinted(&region), in_memfd(&region), "after the reads");
+    assert!(
+        region.covered_pages_resident(chunk - ps, ps),
+        "the last page read"
+    );
+    // Part of a page on either side: only the whole pages count.
+    let last = chunk - ps;
+    assert!(region.covered_pages_resident(last - ps / 2, ps + ps / 2));
+}

@@ -5,7 +5,10 @@
 //! resident chunks the policy no longer tracks (overrun). The budget counts resident pages, so
 //! the table keeps their total.
 
+use std::sync::Arc;
+
 use crate::page_bitmap::PageBitmap;
+use crate::residency_hint::ResidencyHint;
 
 /// Regions up to this many chunks are checked in full on every
 /// [`ChunkTable::check_invariants`] call.
@@ -45,6 +48,8 @@ pub(crate) struct ChunkTable {
     region_pages: usize,
     /// Per page: in memory (in the memfd).
     resident: PageBitmap,
+    /// `resident`, copied for other threads.
+    residency: Arc<ResidencyHint>,
     /// Per page: written since its swap copy (or zero state) was made. Sticky: harvested from
     /// the page tables before they are rebuilt.
     written: PageBitmap,
@@ -83,7 +88,19 @@ pub(crate) struct ChunkTable {
 impl ChunkTable {
     /// A region of `region_pages` pages in chunks of `pages_per_chunk` pages (the last may be
     /// short), all out.
+    #[cfg(test)]
     pub fn new(region_pages: usize, pages_per_chunk: usize) -> Self {
+        let hint = Arc::new(ResidencyHint::new(region_pages));
+        Self::with_residency_hint(region_pages, pages_per_chunk, hint)
+    }
+
+    /// As [`new`](Self::new), keeping `residency` (a hint for `region_pages` pages, all clear)
+    /// a copy of the resident bits for other threads.
+    pub fn with_residency_hint(
+        region_pages: usize,
+        pages_per_chunk: usize,
+        residency: Arc<ResidencyHint>,
+    ) -> Self {
         let pages_per_chunk = pages_per_chunk.max(1);
         let chunks = region_pages.div_ceil(pages_per_chunk);
         let pages = chunks.saturating_mul(pages_per_chunk);
@@ -92,6 +109,7 @@ impl ChunkTable {
             pages_per_chunk,
             region_pages,
             resident: PageBitmap::new(pages),
+            residency,
             written: PageBitmap::new(pages),
             poisoned: PageBitmap::new(pages),
             reading: PageBitmap::new(pages),
@@ -180,6 +198,7 @@ impl ChunkTable {
         let at = self.first_page(c) + first;
         let added = n - self.resident.count_range(at, n);
         self.resident.set_range(at, n, true);
+        self.residency.set_range(at, n, true);
         self.poisoned.set_range(at, n, false);
         self.resident_total += added;
         if self.states[c] == ChunkState::Out && n > 0 {
@@ -197,6 +216,7 @@ impl ChunkTable {
         let at = self.first_page(c);
         let was = self.resident.count_range(at, self.pages_per_chunk);
         self.resident.set_range(at, self.pages_per_chunk, false);
+        self.residency.set_range(at, self.pages_per_chunk, false);
         self.written.set_range(at, self.pages_per_chunk, false);
         self.resident_total -= was;
         self.states[c] = ChunkState::Out;
@@ -459,6 +479,12 @@ impl ChunkTable {
             let over = self.overrun.iter().filter(|&&o| o == c).count();
             let resident = self.resident_pages(c);
             resident_total += resident;
+            let first = self.first_page(c);
+            if let Some(p) = (0..self.pages_in(c))
+                .find(|&p| self.residency.get(first + p) != self.resident.get(first + p))
+            {
+                panic!("{at}: chunk {c} page {p}: the residency hint differs from the table");
+            }
             jobs += self.jobs[c] as usize;
             if *st == ChunkState::Writing {
                 writing_pages += resident;

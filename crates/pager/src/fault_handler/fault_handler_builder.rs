@@ -85,11 +85,16 @@ impl FaultHandlerBuilder<'_> {
         let io = SwapIo::create(config, tag, &name, chunks, memory.len)?;
         let pages_per_chunk = memory.chunk_size / memory.page;
         let region_pages = memory.len / memory.page;
+        let residency = shared.residency.clone();
         Ok(FaultHandler {
             shared,
             uffd,
             io,
-            chunks: ChunkTable::new(memory.len / memory.page, pages_per_chunk),
+            chunks: ChunkTable::with_residency_hint(
+                memory.len / memory.page,
+                pages_per_chunk,
+                residency,
+            ),
             memory,
             policy: self.policy,
             policy_spec: config.policy.clone(),

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
@@ -11,6 +11,7 @@ use crate::pager_error::PagerError;
 use crate::refault_curve::RefaultCounters;
 use crate::region_command::CommandQueue;
 use crate::region_stats::StatsCounters;
+use crate::residency_hint::ResidencyHint;
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
 const MAX_ERRORS: usize = 256;
@@ -33,6 +34,8 @@ pub(crate) struct HandlerShared {
     pub budget_chunks: AtomicUsize,
     /// The policy's spec, as the handler runs it now.
     pub policy: Mutex<String>,
+    /// Which pages are resident, for other threads (the chunk table's copy).
+    pub residency: Arc<ResidencyHint>,
     /// Set (and announced) once the handler thread runs.
     pub running: Mutex<bool>,
     pub started: Condvar,
