@@ -29,44 +29,47 @@ impl PageBitmap {
 
     /// Sets bits `[first, first + n)` to `value`, clipped to the end.
     pub fn set_range(&mut self, first: usize, n: usize, value: bool) {
-        let end = first.saturating_add(n).min(self.bits);
-        let mut i = first;
-        while i < end {
-            let bit = i % 64;
-            let take = (64 - bit).min(end - i);
-            let mask = if take == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << take) - 1) << bit
-            };
+        for (word, mask) in word_masks(first, n, self.bits) {
             if value {
-                self.words[i / 64] |= mask;
+                self.words[word] |= mask;
             } else {
-                self.words[i / 64] &= !mask;
+                self.words[word] &= !mask;
             }
-            i += take;
         }
     }
 
     /// How many of bits `[first, first + n)` are set (clipped to the end).
     pub fn count_range(&self, first: usize, n: usize) -> usize {
-        let end = first.saturating_add(n).min(self.bits);
-        let mut i = first;
-        let mut count = 0;
-        while i < end {
-            let bit = i % 64;
-            let take = (64 - bit).min(end - i);
-            let word = self.words[i / 64] >> bit;
-            let word = if take == 64 {
-                word
-            } else {
-                word & ((1u64 << take) - 1)
-            };
-            count += word.count_ones() as usize;
-            i += take;
-        }
-        count
+        word_masks(first, n, self.bits)
+            .map(|(word, mask)| (self.words[word] & mask).count_ones() as usize)
+            .sum()
     }
+}
+
+/// The (word index, mask) pairs of 64-bit words covering bits `[first, first + n)` of a
+/// bitmap of `bits` bits, clipped to its end.
+pub(crate) fn word_masks(
+    first: usize,
+    n: usize,
+    bits: usize,
+) -> impl Iterator<Item = (usize, u64)> {
+    let end = first.saturating_add(n).min(bits);
+    let mut i = first;
+    std::iter::from_fn(move || {
+        if i >= end {
+            return None;
+        }
+        let bit = i % 64;
+        let take = (64 - bit).min(end - i);
+        let mask = if take == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << take) - 1) << bit
+        };
+        let out = (i / 64, mask);
+        i += take;
+        Some(out)
+    })
 }
 
 #[cfg(test)]

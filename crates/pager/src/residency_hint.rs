@@ -12,6 +12,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::page_bitmap::word_masks;
+
 /// One bit per page of a region, set while the page is resident.
 #[derive(Debug)]
 pub(crate) struct ResidencyHint {
@@ -55,25 +57,8 @@ impl ResidencyHint {
         i < self.bits && self.all_resident(i, 1)
     }
 
-    /// The (word, mask) pairs covering bits `[first, first + n)`, clipped to the end.
     fn masks(&self, first: usize, n: usize) -> impl Iterator<Item = (usize, u64)> {
-        let end = first.saturating_add(n).min(self.bits);
-        let mut i = first;
-        std::iter::from_fn(move || {
-            if i >= end {
-                return None;
-            }
-            let bit = i % 64;
-            let take = (64 - bit).min(end - i);
-            let mask = if take == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << take) - 1) << bit
-            };
-            let out = (i / 64, mask);
-            i += take;
-            Some(out)
-        })
+        word_masks(first, n, self.bits)
     }
 }
 
