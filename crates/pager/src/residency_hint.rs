@@ -52,9 +52,17 @@ impl ResidencyHint {
     }
 
     /// Whether page `i` is resident (false beyond the end).
-    #[cfg(any(test, debug_assertions))]
+    #[cfg(test)]
     pub fn get(&self, i: usize) -> bool {
         i < self.bits && self.all_resident(i, 1)
+    }
+
+    /// How many pages of `[first, first + n)` are resident (clipped to the region).
+    #[cfg(any(test, debug_assertions))]
+    pub fn count(&self, first: usize, n: usize) -> usize {
+        self.masks(first, n)
+            .map(|(word, mask)| (self.words[word].load(Ordering::Acquire) & mask).count_ones())
+            .sum::<u32>() as usize
     }
 
     fn masks(&self, first: usize, n: usize) -> impl Iterator<Item = (usize, u64)> {
@@ -75,6 +83,10 @@ mod tests {
         assert!(h.all_resident(10, 120) && h.all_resident(63, 2) && h.all_resident(64, 64));
         assert!(!h.all_resident(9, 2) && !h.all_resident(129, 2));
         assert!(h.get(10) && h.get(129) && !h.get(130) && !h.get(9));
+        assert_eq!(
+            (h.count(0, 200), h.count(60, 10), h.count(0, 10)),
+            (120, 10, 0)
+        );
         h.set_range(64, 64, false);
         assert!(h.all_resident(10, 54) && !h.all_resident(60, 10) && h.all_resident(128, 2));
         // Beyond the region: never resident; setting is clipped.

@@ -479,12 +479,11 @@ impl ChunkTable {
             let over = self.overrun.iter().filter(|&&o| o == c).count();
             let resident = self.resident_pages(c);
             resident_total += resident;
-            let first = self.first_page(c);
-            if let Some(p) = (0..self.pages_in(c))
-                .find(|&p| self.residency.get(first + p) != self.resident.get(first + p))
-            {
-                panic!("{at}: chunk {c} page {p}: the residency hint differs from the table");
-            }
+            let hinted = self.residency.count(self.first_page(c), self.pages_in(c));
+            assert_eq!(
+                hinted, resident,
+                "{at}: chunk {c}: the residency hint counts other pages than the table"
+            );
             jobs += self.jobs[c] as usize;
             if *st == ChunkState::Writing {
                 writing_pages += resident;
