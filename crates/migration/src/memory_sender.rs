@@ -297,23 +297,30 @@ impl<'a> MemorySender<'a> {
         // them in full segments (on loopback each segment also runs the receiving side's
         // network stack on this thread) and the receiver wakes per segment, not per frame.
         set_cork(self.stream.get_ref(), true);
+        let sent = self.send_changed_runs(&mut changed).and_then(|()| {
+            self.progress.set_last_round_changed(changed);
+            self.end_round(round, self.pages_sent - before)
+        });
+        // Uncorking sends what is left at once (corked data would wait up to 200 ms), also
+        // before an `Abort` after a failure.
+        set_cork(self.stream.get_ref(), false);
+        sent.map(|()| changed)
+    }
+
+    /// Sends every page changed since the last round, counting them in `changed`.
+    fn send_changed_runs(&mut self, changed: &mut u64) -> Result<(), MigrationError> {
         for (ri, region) in self.regions.iter().enumerate() {
             let runs = region.take_changed_pages()?;
             for batch in read_batches(&runs) {
                 self.check_cancel()?;
-                changed += batch.iter().map(|&(_, n)| n as u64).sum::<u64>();
+                *changed += batch.iter().map(|&(_, n)| n as u64).sum::<u64>();
                 // Scattered changes are many short runs: read together, in one hand-over.
                 for read in region.read_runs_for_migration(batch.to_vec())? {
                     self.send_read(ri, read, true)?;
                 }
             }
         }
-        self.progress.set_last_round_changed(changed);
-        let ended = self.end_round(round, self.pages_sent - before);
-        // Uncorking sends what is left at once (corked data would wait up to 200 ms).
-        set_cork(self.stream.get_ref(), false);
-        ended?;
-        Ok(changed)
+        Ok(())
     }
 
     fn end_round(&mut self, round: u32, pages: u64) -> Result<(), MigrationError> {

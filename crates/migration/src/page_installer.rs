@@ -46,10 +46,17 @@ enum Install {
     },
 }
 
+/// `Pages` messages of one region not handed over yet.
+struct PagesBatch {
+    region: Arc<Region>,
+    page_size: u32,
+    messages: Vec<(u64, Vec<u8>)>,
+    pages: u64,
+}
+
 /// The installing thread and the way to it.
 pub(crate) struct PageInstaller<'scope> {
-    /// `Pages` messages not handed over yet, and their page count.
-    batch: Option<(Install, u64)>,
+    batch: Option<PagesBatch>,
     work: Option<SyncSender<Install>>,
     thread: Option<ScopedJoinHandle<'scope, Result<(), MigrationError>>>,
 }
@@ -111,33 +118,22 @@ impl<'scope> PageInstaller<'scope> {
         data: Vec<u8>,
     ) -> Result<(), MigrationError> {
         let pages = (data.len() / (page_size as usize).max(1)) as u64;
-        let joins = matches!(
-            &self.batch,
-            Some((Install::Pages { region: r, page_size: p, .. }, _))
-                if Arc::ptr_eq(r, &region) && *p == page_size
-        );
-        if !joins {
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| !Arc::ptr_eq(&b.region, &region) || b.page_size != page_size)
+        {
             self.flush()?;
         }
-        let (install, count) = self.batch.get_or_insert_with(|| {
-            (
-                Install::Pages {
-                    region,
-                    page_size,
-                    messages: Vec::new(),
-                },
-                0,
-            )
+        let batch = self.batch.get_or_insert_with(|| PagesBatch {
+            region,
+            page_size,
+            messages: Vec::new(),
+            pages: 0,
         });
-        let full = match install {
-            Install::Pages { messages, .. } => {
-                messages.push((first, data));
-                *count += pages;
-                *count >= BATCH_PAGES || messages.len() >= BATCH_MESSAGES
-            }
-            Install::Discard { .. } => false,
-        };
-        if full {
+        batch.messages.push((first, data));
+        batch.pages += pages;
+        if batch.pages >= BATCH_PAGES || batch.messages.len() >= BATCH_MESSAGES {
             self.flush()?;
         }
         Ok(())
@@ -146,7 +142,11 @@ impl<'scope> PageInstaller<'scope> {
     /// Hands over the batch of `Pages` messages, if any.
     pub(crate) fn flush(&mut self) -> Result<(), MigrationError> {
         match self.batch.take() {
-            Some((install, _)) => self.hand_over(install),
+            Some(b) => self.hand_over(Install::Pages {
+                region: b.region,
+                page_size: b.page_size,
+                messages: b.messages,
+            }),
             None => Ok(()),
         }
     }

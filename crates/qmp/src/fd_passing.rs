@@ -5,7 +5,7 @@
 //! `memvisor migrate` hands QEMU the device-state connection this way: a TCP connection made
 //! by memvisor with `TCP_NODELAY`. QEMU 7.2's own `tcp:` migration socket keeps Nagle's
 //! algorithm on, and the last short segment of the device state then waits for the
-//! destination's delayed acknowledgement (about 40 ms here, all of it guest downtime).
+//! destination's delayed acknowledgement (40 to 60 ms here, all of it guest downtime).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
