@@ -95,30 +95,6 @@ const PAUSED_POLL: Duration = Duration::from_millis(2);
 /// The name the device-state connection has in the source QEMU (`getfd`, `fd:NAME`).
 const DEVICE_STATE_FD: &str = "memvisor-device-state";
 
-/// A `TCP_NODELAY` connection to the destination QEMU's device-state address `host_port`.
-fn connect_device_channel(host_port: &str) -> Result<std::net::TcpStream, MigrateError> {
-    use std::net::ToSocketAddrs;
-    let failed = |e: std::io::Error| {
-        MigrateError::Failed(format!(
-            "connecting to the destination's device-state address {host_port}: {e}"
-        ))
-    };
-    let mut last = std::io::Error::new(
-        std::io::ErrorKind::NotFound,
-        "the host name resolves to no address",
-    );
-    for address in host_port.to_socket_addrs().map_err(failed)? {
-        match std::net::TcpStream::connect_timeout(&address, QMP_TIMEOUT) {
-            Ok(tcp) => {
-                tcp.set_nodelay(true).map_err(failed)?;
-                return Ok(tcp);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(failed(last))
-}
-
 /// Runs the whole migration and prints progress (stderr) and a summary (stdout).
 pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
     let arg = |e: String| MigrateError::Argument(e);
@@ -310,7 +286,12 @@ impl Migration<'_> {
         let Some(host_port) = own_connection else {
             return Ok(self.src.migrate(device_uri)?);
         };
-        let tcp = connect_device_channel(host_port)?;
+        let tcp =
+            memvisor_qmp::connect_tcp(host_port, Instant::now() + QMP_TIMEOUT).map_err(|e| {
+                MigrateError::Failed(format!(
+                    "connecting to the destination's device-state address {host_port}: {e}"
+                ))
+            })?;
         self.src.pass_fd(DEVICE_STATE_FD, tcp.as_fd())?;
         self.src.migrate(&format!("fd:{DEVICE_STATE_FD}"))?;
         // QEMU holds its own duplicate; ours closes here.

@@ -17,6 +17,12 @@ pub fn page_size() -> usize {
     }
 }
 
+/// The pages (indexes, pages of `page` bytes) that the byte range `[offset, offset + len)`
+/// covers whole.
+pub(crate) fn covered_pages(offset: usize, len: usize, page: usize) -> std::ops::Range<usize> {
+    offset.div_ceil(page)..offset.saturating_add(len) / page
+}
+
 /// Bytes of storage held by the file behind `fd` (`st_blocks * 512`).
 pub fn allocated_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();

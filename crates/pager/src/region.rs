@@ -338,13 +338,8 @@ impl Region {
     /// page-in or an eviction under way (see `ResidencyHint`). True if the range covers no
     /// whole page; false if it leaves the region.
     pub fn covered_pages_resident(&self, offset: usize, len: usize) -> bool {
-        let page = page_size();
-        let (first, end) = (
-            offset.next_multiple_of(page),
-            offset.saturating_add(len) / page,
-        );
-        let first = first / page;
-        end <= first || self.shared.residency.all_resident(first, end - first)
+        let pages = crate::memfd::covered_pages(offset, len, page_size());
+        pages.is_empty() || self.shared.residency.all_resident(pages.start, pages.len())
     }
 
     /// Swap mapper (VSwapper): a complete read of `len` bytes at byte `file_offset` of

@@ -306,15 +306,12 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     let mapper = SWAP_MAPPER.load(Ordering::Acquire);
     let epoch = image.read_epoch().filter(|_| mapper);
     for p in pieces.iter().filter(|_| mapper) {
-        // Nothing a read could be spared: the pager's residency hint, or else the kernel.
-        let resident = mp::with_fixed(p.slot, |r, start| {
-            r.covered_pages_resident(p.addr - start, p.len)
-        });
-        if resident == Some(true) || all_in_memory(p.addr, p.len) {
-            continue;
-        }
-        // A failure leaves the pages to the read's own faults: nothing is lost.
         let _ = mp::with_fixed(p.slot, |r, start| {
+            // Nothing a read could be spared: the pager's residency hint, or else the kernel.
+            if r.covered_pages_resident(p.addr - start, p.len) || all_in_memory(p.addr, p.len) {
+                return Ok(());
+            }
+            // A failure leaves the pages to the read's own faults: nothing is lost.
             r.prepare_overwrite(p.addr - start, p.len)
         });
     }

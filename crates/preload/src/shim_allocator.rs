@@ -15,9 +15,10 @@
 //!
 //! Freed large allocations of up to [`REUSED_MAX`] bytes are kept for reuse, at most
 //! [`REUSED_TOTAL`] bytes of them (the oldest unmapped to make room), and handed out again for
-//! the same length (zeroed by hand when asked for zeroed memory). These are I/O buffers: a live migration allocates one per
-//! chunk it sends or receives, and a fresh mapping costs a page fault per 4 KiB on first write
-//! (3 to 13 µs each here, 1 to 3 ms per MiB), several times the cost of the copy itself.
+//! the same length (zeroed by hand when asked for zeroed memory). These are I/O buffers: a
+//! live migration allocates one per chunk it sends or receives, and a fresh mapping costs a
+//! page fault per 4 KiB on first write (3 to 13 µs each here, 1 to 3 ms per MiB), several
+//! times the cost of the copy itself.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
@@ -37,11 +38,7 @@ pub const REUSED_TOTAL: usize = 16 << 20;
 /// How many freed mappings are kept at most.
 const REUSED_SLOTS: usize = 64;
 /// Freed large mappings kept for reuse.
-static REUSED: Mutex<ReusedMappings> = Mutex::new(ReusedMappings {
-    kept: [(0, 0); REUSED_SLOTS],
-    count: 0,
-    bytes: 0,
-});
+static REUSED: Mutex<ReusedMappings> = Mutex::new(ReusedMappings::new());
 
 /// Freed large mappings (page-aligned; length a multiple of the page), as (length, address)
 /// in `kept[..count]`. A fixed array: the allocator never allocates for itself.
@@ -52,6 +49,15 @@ struct ReusedMappings {
 }
 
 impl ReusedMappings {
+    /// None kept.
+    const fn new() -> Self {
+        Self {
+            kept: [(0, 0); REUSED_SLOTS],
+            count: 0,
+            bytes: 0,
+        }
+    }
+
     /// A kept mapping of exactly `len` bytes (the most recently freed one), if any.
     fn take(&mut self, len: usize) -> Option<*mut u8> {
         let i = self.kept[..self.count]
@@ -182,18 +188,21 @@ unsafe impl GlobalAlloc for ShimAllocator {
             .filter(|_| layout.align() <= PAGE)
             .is_none()
         {
-            let len = large_len(layout);
-            let kept = (layout.align() <= PAGE)
-                .then(|| reused().take(len))
-                .flatten();
-            if let Some(p) = kept {
-                // SAFETY: `p` is a kept mapping of `len` bytes, now the caller's.
-                unsafe { std::ptr::write_bytes(p, 0, len) };
-                return p;
+            if layout.align() > PAGE {
+                // SAFETY: the caller's layout contract is passed on. An over-aligned large
+                // allocation is a fresh anonymous mapping, which reads as zeros.
+                return unsafe { self.alloc(layout) };
             }
-            // SAFETY: the caller's layout contract is passed on. A large allocation is a fresh
-            // anonymous mapping, which reads as zeros: nothing to write.
-            return unsafe { self.alloc(layout) };
+            let len = large_len(layout);
+            return match reused().take(len) {
+                Some(p) => {
+                    // SAFETY: `p` is a kept mapping of `len` bytes, now the caller's.
+                    unsafe { std::ptr::write_bytes(p, 0, len) };
+                    p
+                }
+                // A fresh anonymous mapping reads as zeros: nothing to write.
+                None => map(len),
+            };
         }
         // SAFETY: as above; a class block may be recycled, so it is zeroed (its `size` bytes
         // are the caller's).
@@ -374,11 +383,7 @@ mod tests {
 
     #[test]
     fn kept_mappings_are_bounded_and_the_oldest_make_room() {
-        let mut kept = ReusedMappings {
-            kept: [(0, 0); REUSED_SLOTS],
-            count: 0,
-            bytes: 0,
-        };
+        let mut kept = ReusedMappings::new();
         let mb = 1 << 20;
         for i in 0..REUSED_TOTAL / mb {
             assert_eq!(kept.keep((i * mb) as *mut u8, mb), None);
@@ -403,11 +408,7 @@ mod tests {
         assert_eq!(kept.keep(0x8000_0000 as *mut u8, 4 * mb), None);
         assert_eq!(kept.bytes, REUSED_TOTAL);
         // Slots run out before bytes with small buffers.
-        let mut small = ReusedMappings {
-            kept: [(0, 0); REUSED_SLOTS],
-            count: 0,
-            bytes: 0,
-        };
+        let mut small = ReusedMappings::new();
         for i in 0..REUSED_SLOTS {
             assert_eq!(small.keep((i * 2 * PAGE) as *mut u8, 2 * PAGE), None);
         }

@@ -39,4 +39,5 @@ pub use qmp_client::QmpClient;
 pub use qmp_error::QmpError;
 pub use qmp_event::QmpEvent;
 pub use qmp_reply::{parse_reply, QmpReply, MAX_LINE_BYTES};
+pub use qmp_stream::connect_tcp;
 pub use run_state::RunState;

@@ -33,28 +33,34 @@ fn time_left(deadline: Instant) -> io::Result<std::time::Duration> {
     Ok(left)
 }
 
+/// A TCP connection to `host_port` (`HOST:PORT`, each address it resolves to tried in turn),
+/// made before `deadline` (name resolution itself is not bounded), with `TCP_NODELAY`: QMP's
+/// short exchanges, and the migration connection `memvisor migrate` hands to QEMU, must not
+/// wait for delayed acknowledgements.
+pub fn connect_tcp(host_port: &str, deadline: Instant) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        "the host name resolves to no address",
+    );
+    for socket_address in host_port.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&socket_address, time_left(deadline)?) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 impl QmpStream {
     /// Connects to `address`; a TCP connection must be made before `deadline` (name resolution
     /// itself is not bounded; a Unix connection is immediate or refused).
     pub(crate) fn connect(address: &QmpAddress, deadline: Instant) -> io::Result<Self> {
         match address {
             QmpAddress::Unix(path) => Ok(QmpStream::Unix(UnixStream::connect(path)?)),
-            QmpAddress::Tcp(host_port) => {
-                let mut last = io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the host name resolves to no address",
-                );
-                for socket_address in host_port.as_str().to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&socket_address, time_left(deadline)?) {
-                        Ok(stream) => {
-                            stream.set_nodelay(true)?;
-                            return Ok(QmpStream::Tcp(stream));
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
-            }
+            QmpAddress::Tcp(host_port) => Ok(QmpStream::Tcp(connect_tcp(host_port, deadline)?)),
         }
     }
 

@@ -90,11 +90,7 @@ impl FaultHandlerBuilder<'_> {
             shared,
             uffd,
             io,
-            chunks: ChunkTable::with_residency_hint(
-                memory.len / memory.page,
-                pages_per_chunk,
-                residency,
-            ),
+            chunks: ChunkTable::with_residency_hint(region_pages, pages_per_chunk, residency),
             memory,
             policy: self.policy,
             policy_spec: config.policy.clone(),

@@ -81,8 +81,8 @@ impl FaultHandler {
     /// The pages of `[offset, offset + len)` (region bytes) that the range covers whole.
     fn covered_pages(&self, offset: usize, len: usize) -> std::ops::Range<usize> {
         let pg = self.memory.page;
-        let end = (offset + len).min(self.memory.len);
-        offset.div_ceil(pg)..end / pg
+        let len = len.min(self.memory.len.saturating_sub(offset));
+        crate::memfd::covered_pages(offset, len, pg)
     }
 
     /// False-read preventer: the pages `[offset, offset + len)` covers whole and that are not
