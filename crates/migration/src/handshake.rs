@@ -126,8 +126,8 @@ mod tests {
     fn same_key_authenticates_both_ways() {
         let (source, destination) = both(Role::Source, key(), Role::Destination, key());
         let (source, destination) = (source.unwrap(), destination.unwrap());
-        let tag = source.send_tag(0, &[b"frame"]);
-        assert!(destination.receive_tag_matches(0, &[b"fr", b"ame"], &tag));
+        let tag = source.send_tag(0, &[b"frame"], b"data");
+        assert!(destination.receive_tag_matches(0, &[b"fr", b"ame"], b"data", &tag));
     }
 
     #[test]
@@ -166,7 +166,7 @@ mod tests {
         drop(ours);
         peer.join().unwrap();
         assert!(
-            matches!(error, MigrationError::Version { ours: 2, theirs: 3 }),
+            matches!(error, MigrationError::Version { ours: 3, theirs: 4 }),
             "{error}"
         );
     }

@@ -20,11 +20,11 @@
 //! source                                          destination
 //!   Hello{magic "MVMIGRAT", version u32, role 1, nonce_s[32]} ──►
 //!   ◄── Hello{magic, version, role 2, nonce_d[32]}   (both sent at once, 45 bytes each)
-//!   MAC(k, m) = BLAKE3 keyed hash of m under the 32-byte key k (protocol version 2; version 1
-//!   used HMAC-SHA256, four times as costly per byte)
-//!   root = BLAKE3 derive_key("memvisor-migration v2 2026-11-26 root key from the key file", key)
-//!   k_src_to_dst = MAC(root, "memvisor-migration v2 key source->destination" || nonce_s || nonce_d)
-//!   k_dst_to_src = MAC(root, "memvisor-migration v2 key destination->source" || nonce_s || nonce_d)
+//!   MAC(k, m) = BLAKE3 keyed hash of m under the 32-byte key k (protocol version 3; version 1
+//!   used HMAC-SHA256, four times as costly per byte; version 2 hashed frames header first)
+//!   root = BLAKE3 derive_key("memvisor-migration v3 2026-11-26 root key from the key file", key)
+//!   k_src_to_dst = MAC(root, "memvisor-migration v3 key source->destination" || nonce_s || nonce_d)
+//!   k_dst_to_src = MAC(root, "memvisor-migration v3 key destination->source" || nonce_s || nonce_d)
 //!   proof_s = MAC(k_src_to_dst, "proof" || hello_s || hello_d) ──►
 //!                                                 checks proof_s (constant time); if wrong,
 //!                                                 sends 32 refusal bytes, closes: KeyMismatch
@@ -40,7 +40,12 @@
 //! | 1 | message type ([`MessageKind`]) |
 //! | 4 | payload length, u32 LE, at most [`MAX_PAYLOAD`] (4 MiB + 64 KiB) |
 //! | length | payload ([`encode_payload`]) |
-//! | 32 | tag: MAC(direction key, sequence u64 LE ‖ header ‖ payload) |
+//! | 32 | tag: MAC(direction key, data ‖ sequence u64 LE ‖ header ‖ head ‖ len(data) u64 LE ‖ len(header ‖ head) u64 LE) |
+//!
+//! `data` is a `Pages` payload's page data and `head` the rest of the payload (for other
+//! messages `data` is empty and `head` the whole payload). The page data comes first so that
+//! BLAKE3 hashes its 1 KiB chunks side by side: a 4 KiB frame's tag costs 1.6 µs here instead
+//! of 3.5 µs with the header first (version 2).
 //!
 //! Sequence numbers count frames per direction from 0 and are never sent, so a replayed,
 //! reordered, dropped or reflected frame fails its MAC ([`MigrationError::Integrity`]). The
@@ -53,7 +58,7 @@
 //! |---|---|---|
 //! | 1 | `Begin` | count u32 (≤ 64), then per region: name length u16 (≤ 256), name UTF-8, bytes u64, page size u32 |
 //! | 2 | `Ready` | empty |
-//! | 3 | `Pages` | region u32, first page u64, page size u32 (power of two, 4 KiB..=2 MiB), count u32 (≥ 1), count × CRC32C u32, count × page size bytes |
+//! | 3 | `Pages` | region u32, page size u32 (power of two, 4 KiB..=2 MiB), runs u32 (≥ 1), count u32 (≥ 1), runs × (first page u64, pages u32 ≥ 1; ascending, not overlapping, pages summing to count), count × CRC32C u32, count × page size bytes |
 //! | 4 | `Zero` | region u32, first page u64, pages u64 (≥ 1) |
 //! | 5 | `RoundEnd` | round u32, pages u64 |
 //! | 6 | `Finish` | empty |
@@ -81,9 +86,11 @@ mod migration_error;
 mod migration_key;
 mod migration_progress;
 mod page_installer;
+mod page_runs;
 mod payload_reader;
 mod rate_limiter;
 mod read_ahead;
+mod receive_buffer;
 mod region_info;
 mod role;
 mod session_keys;
@@ -106,7 +113,7 @@ pub use migration_key::{MigrationKey, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use migration_progress::MigrationProgress;
 pub use page_installer::INSTALLS_WAITING;
 pub use rate_limiter::{RateLimiter, BURST_TIME};
-pub use read_ahead::READ_AHEAD_CHUNKS;
+pub use read_ahead::READS_WAITING;
 pub use region_info::{
     RegionInfo, MAX_REGIONS, MAX_REGION_NAME_LEN, MAX_REGION_PAGE_SIZE, MIN_PAGE_SIZE,
 };

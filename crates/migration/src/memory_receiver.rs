@@ -21,7 +21,7 @@ use crate::message::Message;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
-use crate::page_installer::PageInstaller;
+use crate::page_installer::{PageInstaller, ReceivedPages};
 use crate::role::Role;
 
 /// Time a connecting peer has to complete the handshake (a silent one holds the single
@@ -167,14 +167,14 @@ impl<'a> MemoryReceiver<'a> {
             match message {
                 Message::Pages {
                     region,
-                    first_page,
                     page_size,
+                    runs,
                     data,
                     ..
                 } => {
                     let r = region_at(regions, region)?;
-                    let n = check_pages(r, first_page, page_size, data.len())?;
-                    installer.pages(r.clone(), first_page, page_size, data)?;
+                    let n = check_runs(r, &runs, page_size)?;
+                    installer.pages(r.clone(), runs, page_size, data)?;
                     pages += n;
                     bytes += n * page_size as u64;
                     self.progress.add_pages(n);
@@ -266,51 +266,71 @@ fn page_range(r: &Region, first: u64, n: u64, page: u64) -> Result<(usize, usize
     Ok(((first * page) as usize, (n * page) as usize))
 }
 
-/// Checks that `len` bytes of `page_size`-byte pages from `first` fit region `r` and its page
-/// size; how many pages they are.
-fn check_pages(r: &Region, first: u64, page_size: u32, len: usize) -> Result<u64, MigrationError> {
+/// Checks that `runs` of `page_size`-byte pages fit region `r` and its page size; how many
+/// pages they hold.
+fn check_runs(r: &Region, runs: &[(u64, u32)], page_size: u32) -> Result<u64, MigrationError> {
     let pg = memvisor_pager::page_size();
     if page_size as usize != pg {
         return Err(MigrationError::RegionMismatch {
             reason: format!("{page_size}-byte pages received, this region has {pg}-byte pages"),
         });
     }
-    let n = (len / pg) as u64;
-    page_range(r, first, n, pg as u64)?;
-    Ok(n)
+    let mut total = 0;
+    for &(first, pages) in runs {
+        page_range(r, first, u64::from(pages), pg as u64)?;
+        total += u64::from(pages);
+    }
+    Ok(total)
 }
 
-/// Installs each message's data (`(first page, data)`, whole pages of `page_size`) as pages
-/// `first..` of `r`, split at chunk boundaries, in one request to the pager; how many pages.
+/// Installs each message's data (`(runs, data)`: the runs' whole pages of `page_size`, in run
+/// order) as the runs' pages of `r`, split at chunk boundaries, in one request to the pager;
+/// how many pages.
 pub(crate) fn install(
     r: &Region,
-    messages: Vec<(u64, Vec<u8>)>,
+    messages: Vec<ReceivedPages>,
     page_size: u32,
     progress: &MigrationProgress,
 ) -> Result<u64, MigrationError> {
     let pg = page_size as usize;
     let ppc = (r.chunk_size() / pg) as u64;
-    let mut runs = Vec::with_capacity(messages.len());
+    let mut pieces = Vec::with_capacity(messages.len());
     let mut total = 0;
-    for (first, data) in messages {
-        let n = check_pages(r, first, page_size, data.len())?;
-        total += n;
-        if first % ppc + n <= ppc {
-            // The usual case, one chunk: the message's buffer goes to the pager as it is.
-            runs.push((first as usize, data));
-            continue;
+    for (runs, data) in messages {
+        let n = check_runs(r, &runs, page_size)?;
+        if n * pg as u64 != data.len() as u64 {
+            return Err(MigrationError::RegionMismatch {
+                reason: format!(
+                    "{} bytes of page data for {n} pages of {pg} bytes",
+                    data.len()
+                ),
+            });
         }
-        let mut at = first;
+        total += n;
+        if let [(first, pages)] = runs[..] {
+            if first % ppc + u64::from(pages) <= ppc {
+                // The usual case of round 0, one run in one chunk: the message's buffer goes
+                // to the pager as it is.
+                pieces.push((first as usize, data));
+                continue;
+            }
+        }
         let mut rest: &[u8] = &data;
-        while !rest.is_empty() {
-            let in_chunk = (ppc - at % ppc).min(rest.len() as u64 / pg as u64);
-            let (now, later) = rest.split_at(in_chunk as usize * pg);
-            runs.push((at as usize, now.to_vec()));
-            at += in_chunk;
+        for (first, pages) in runs {
+            let (run, later) = rest.split_at(pages as usize * pg);
             rest = later;
+            let mut at = first;
+            let mut run = run;
+            while !run.is_empty() {
+                let in_chunk = (ppc - at % ppc).min(run.len() as u64 / pg as u64);
+                let (now, after) = run.split_at(in_chunk as usize * pg);
+                pieces.push((at as usize, now.to_vec()));
+                at += in_chunk;
+                run = after;
+            }
         }
     }
-    let placed = r.install_runs(runs)?;
+    let placed = r.install_runs(pieces)?;
     progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
     Ok(total)
 }

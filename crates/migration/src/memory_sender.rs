@@ -9,7 +9,9 @@
 //! 3. while the guest runs, further rounds send what changed (`Pages`, or `Zero` for pages
 //!    that became zero), until [`SenderSignals::finish`] (the VMM has paused the guest at
 //!    `pre-switchover`); the state says `converged` once a round's changes would go in less
-//!    than the downtime limit at the measured rate;
+//!    than the downtime limit at the measured rate. A round under way when the guest pauses
+//!    stops there: the pages it had still to send go in the last round, with those changed
+//!    since (a page in both goes once);
 //! 4. the last round, `Finish`, and the destination's `Done` acknowledging exactly the pages
 //!    sent.
 //!
@@ -28,6 +30,7 @@ use crate::message::Message;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
+use crate::page_runs::union_runs;
 use crate::rate_limiter::RateLimiter;
 use crate::read_ahead::ReadAhead;
 use crate::region_info::RegionInfo;
@@ -220,16 +223,22 @@ impl<'a> MemorySender<'a> {
             self.options.max_bandwidth,
         );
         let mut round = 1;
+        // Per region, the pages a round had still to send when the guest paused.
+        let mut unsent = vec![Vec::new(); self.regions.len()];
         loop {
             self.check_cancel()?;
             let finishing = self.signals.finishing();
             if finishing {
                 self.progress.set_state("finishing");
             }
-            let changed = self.send_changes(round)?;
+            let (changed, cut_short) = self.send_changes(round, &mut unsent, finishing)?;
             round += 1;
             if finishing {
                 break;
+            }
+            if cut_short {
+                // The guest paused during that round: the last one follows at once.
+                continue;
             }
             let seconds = (changed * memvisor_pager::page_size() as u64) as f64 / rate.max(1.0);
             if seconds <= self.options.downtime_limit.as_secs_f64() {
@@ -276,51 +285,94 @@ impl<'a> MemorySender<'a> {
             let pages = region.len() / memvisor_pager::page_size();
             for c in region.migration_order()? {
                 let first = c * ppc;
-                plan.push((ri, first, ppc.min(pages - first)));
+                plan.push((ri, vec![(first, ppc.min(pages - first))]));
             }
         }
         let mut reads = ReadAhead::start(self.regions.to_vec(), plan, self.thread_start)?;
         while let Some(read) = reads.next() {
             self.check_cancel()?;
             let (ri, read) = read?;
-            self.send_read(ri, read, false)?;
+            self.send_reads(ri, read, false)?;
         }
         drop(reads);
         self.end_round(0, self.pages_sent - before)
     }
 
-    /// One later round: what changed since the last one. Returns how many pages changed.
-    fn send_changes(&mut self, round: u32) -> Result<u64, MigrationError> {
+    /// One later round: what changed since the last one, and the pages in `unsent` (which it
+    /// empties). Unless it is the `last`, it stops early once the guest has paused (finish
+    /// signalled), leaving in `unsent` the pages it had still to send: the last round, which
+    /// follows at once, sends them with the pages changed since, each page once (a page
+    /// changed again since is not sent twice). Returns how many pages it took on and whether
+    /// it stopped early.
+    fn send_changes(
+        &mut self,
+        round: u32,
+        unsent: &mut [Vec<(usize, usize)>],
+        last: bool,
+    ) -> Result<(u64, bool), MigrationError> {
         let before = self.pages_sent;
         let mut changed = 0;
         // A round of scattered changes is thousands of short frames: corked, the kernel sends
         // them in full segments (on loopback each segment also runs the receiving side's
         // network stack on this thread) and the receiver wakes per segment, not per frame.
         set_cork(self.stream.get_ref(), true);
-        let sent = self.send_changed_runs(&mut changed).and_then(|()| {
-            self.progress.set_last_round_changed(changed);
-            self.end_round(round, self.pages_sent - before)
-        });
+        let sent = self
+            .send_changed_runs(&mut changed, unsent, last)
+            .and_then(|cut_short| {
+                self.progress.set_last_round_changed(changed);
+                self.end_round(round, self.pages_sent - before)?;
+                Ok(cut_short)
+            });
         // Uncorking sends what is left at once (corked data would wait up to 200 ms), also
         // before an `Abort` after a failure.
         set_cork(self.stream.get_ref(), false);
-        sent.map(|()| changed)
+        sent.map(|cut_short| (changed, cut_short))
     }
 
-    /// Sends every page changed since the last round, counting them in `changed`.
-    fn send_changed_runs(&mut self, changed: &mut u64) -> Result<(), MigrationError> {
+    /// Sends every page changed since the last round and those in `unsent`, counting them in
+    /// `changed`; see [`send_changes`](Self::send_changes). Returns whether it stopped early.
+    fn send_changed_runs(
+        &mut self,
+        changed: &mut u64,
+        unsent: &mut [Vec<(usize, usize)>],
+        last: bool,
+    ) -> Result<bool, MigrationError> {
         for (ri, region) in self.regions.iter().enumerate() {
-            let runs = region.take_changed_pages()?;
-            for batch in read_batches(&runs) {
+            let taken = region.take_changed_pages()?;
+            let runs = if unsent[ri].is_empty() {
+                taken
+            } else {
+                let pages_per_chunk = region.chunk_size() / memvisor_pager::page_size();
+                union_runs(&std::mem::take(&mut unsent[ri]), &taken, pages_per_chunk)
+            };
+            // Scattered changes are many short runs: read in batches, each in one hand-over,
+            // ahead of sending.
+            let batches: Vec<Vec<(usize, usize)>> =
+                read_batches(&runs).map(|batch| batch.to_vec()).collect();
+            let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+            let plan = batches.into_iter().map(|batch| (ri, batch)).collect();
+            let mut reads = ReadAhead::start(vec![region.clone()], plan, self.thread_start)?;
+            let mut sizes = sizes.into_iter();
+            // Runs of `runs` sent so far.
+            let mut done = 0;
+            loop {
                 self.check_cancel()?;
-                *changed += batch.iter().map(|&(_, n)| n as u64).sum::<u64>();
-                // Scattered changes are many short runs: read together, in one hand-over.
-                for read in region.read_runs_for_migration(batch.to_vec())? {
-                    self.send_read(ri, read, true)?;
+                if !last && self.signals.finishing() {
+                    // Reads made ahead are dropped; later regions keep their changes in
+                    // tracking for the last round.
+                    unsent[ri] = runs[done..].to_vec();
+                    return Ok(true);
                 }
+                let Some(read) = reads.next() else {
+                    break;
+                };
+                let (_, read) = read?;
+                *changed += read.iter().map(|pages| pages.len() as u64).sum::<u64>();
+                self.send_reads(ri, read, true)?;
+                done += sizes.next().unwrap_or_default();
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     fn end_round(&mut self, round: u32, pages: u64) -> Result<(), MigrationError> {
@@ -330,47 +382,86 @@ impl<'a> MemorySender<'a> {
         Ok(())
     }
 
-    /// Sends the non-zero pages of `read` (of region `ri`) as `Pages` and, with `zeros`, the
-    /// zero ones as `Zero`.
-    fn send_read(
+    /// Sends the non-zero pages of `reads` (of region `ri`, in ascending page order) as one
+    /// `Pages` message of several runs and, with `zeros`, the zero ones as `Zero`. A round of
+    /// scattered changes reads 64 short runs at a time: one message for them all is one MAC
+    /// over a longer input (BLAKE3 hashes 1 KiB chunks side by side), one frame to write and
+    /// receive, and one entry for the destination's installer, where a message per run cost
+    /// each of these again. The usual case of round 0, one read with data on every page, sends
+    /// the read's buffer as it is.
+    fn send_reads(
         &mut self,
         ri: usize,
-        mut read: MigrationPages,
+        mut reads: Vec<MigrationPages>,
         zeros: bool,
     ) -> Result<(), MigrationError> {
-        let first = read.first_page;
-        let pg = read.page_size;
-        let runs = read.nonzero_runs();
-        let whole = runs == [(0, read.len())];
-        for (f, k) in runs {
-            // The usual case, every page holding data, sends the read's buffer as it is.
-            let data = if whole {
-                std::mem::take(&mut read.data)
-            } else {
-                read.bytes(f, k).to_vec()
-            };
-            self.limiter.pace(data.len() as u64);
-            self.stream.send(&Message::pages(
-                ri as u32,
-                (first + f) as u64,
-                pg as u32,
-                data,
-            ))?;
-            self.pages_sent += k as u64;
-            self.bytes_sent += (k * pg) as u64;
-            self.progress.add_pages(k as u64);
-        }
-        if zeros {
-            for (f, k) in read.zero_runs() {
-                self.stream.send(&Message::Zero {
-                    region: ri as u32,
-                    first_page: (first + f) as u64,
-                    pages: k as u64,
-                })?;
-                self.pages_sent += k as u64;
-                self.progress.add_zero_pages(k as u64);
+        if let [read] = &mut reads[..] {
+            if read.nonzero_runs() == [(0, read.len())] {
+                let runs = vec![(read.first_page as u64, read.len() as u32)];
+                let data = std::mem::take(&mut read.data);
+                return self.send_pages(ri, runs, data);
             }
         }
+        let nonzero: Vec<Vec<(usize, usize)>> = reads.iter().map(|r| r.nonzero_runs()).collect();
+        // One allocation of the final size: a buffer grown page by page would be copied and
+        // its fresh memory faulted in again at every doubling.
+        let bytes =
+            nonzero.iter().flatten().map(|&(_, k)| k).sum::<usize>() * memvisor_pager::page_size();
+        let mut runs: Vec<(u64, u32)> = Vec::new();
+        let mut data = Vec::with_capacity(bytes);
+        let mut zero_runs = Vec::new();
+        for (read, nonzero) in reads.iter().zip(nonzero) {
+            for (f, k) in nonzero {
+                let first = (read.first_page + f) as u64;
+                // Runs must ascend within a message: out of order, the next one starts.
+                if runs
+                    .last()
+                    .is_some_and(|&(last, n)| first < last + u64::from(n))
+                {
+                    self.send_pages(ri, std::mem::take(&mut runs), std::mem::take(&mut data))?;
+                }
+                runs.push((first, k as u32));
+                data.extend_from_slice(read.bytes(f, k));
+            }
+            if zeros {
+                zero_runs.extend(
+                    read.zero_runs()
+                        .into_iter()
+                        .map(|(f, k)| (read.first_page + f, k)),
+                );
+            }
+        }
+        if !runs.is_empty() {
+            self.send_pages(ri, runs, data)?;
+        }
+        for (first, k) in zero_runs {
+            self.stream.queue(&Message::Zero {
+                region: ri as u32,
+                first_page: first as u64,
+                pages: k as u64,
+            })?;
+            self.pages_sent += k as u64;
+            self.progress.add_zero_pages(k as u64);
+        }
+        self.sync_wire_bytes();
+        Ok(())
+    }
+
+    /// Queues one `Pages` message of `runs` whose pages' bytes are `data`.
+    fn send_pages(
+        &mut self,
+        ri: usize,
+        runs: Vec<(u64, u32)>,
+        data: Vec<u8>,
+    ) -> Result<(), MigrationError> {
+        let page_size = memvisor_pager::page_size();
+        let pages = (data.len() / page_size) as u64;
+        self.limiter.pace(data.len() as u64);
+        self.stream
+            .queue(&Message::page_runs(ri as u32, page_size as u32, runs, data))?;
+        self.pages_sent += pages;
+        self.bytes_sent += pages * page_size as u64;
+        self.progress.add_pages(pages);
         self.sync_wire_bytes();
         Ok(())
     }

@@ -14,9 +14,16 @@ use crate::message::{
 use crate::message_kind::MessageKind;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
+use crate::receive_buffer::ReceiveBuffer;
 use crate::role::Role;
 use crate::session_keys::SessionKeys;
-use crate::wire_io::{read_record, write_record_parts};
+use crate::wire_io::write_record_parts;
+
+/// Queued frames are written once they reach this many bytes.
+const QUEUE_FLUSH_AT: usize = 256 * 1024;
+/// A queued frame with more page data than this is written at once, its data from where it is
+/// (a vectored write), not copied into the queue.
+const QUEUE_MAX_DATA: usize = 64 * 1024;
 
 /// One end of an authenticated migration stream over `S` (a `TcpStream`, a `UnixStream`, ...).
 ///
@@ -39,6 +46,10 @@ pub struct MemoryStream<S: Read + Write> {
     receive_failure: Option<String>,
     /// The frame being sent (header, payload, tag), reused.
     send_buffer: Vec<u8>,
+    /// Whole frames queued by [`MemoryStream::queue`], not yet written.
+    queued: Vec<u8>,
+    /// Bytes read from the stream ahead of the frame being received.
+    read_ahead: ReceiveBuffer,
     /// The payload and tag being received, reused.
     receive_buffer: Vec<u8>,
 }
@@ -76,32 +87,69 @@ impl<S: Read + Write> MemoryStream<S> {
             send_failure: None,
             receive_failure: None,
             send_buffer: Vec::new(),
+            queued: Vec::new(),
+            read_ahead: ReceiveBuffer::new(),
             receive_buffer: Vec::new(),
         })
     }
 
-    /// Sends one message as one frame and flushes. A message that breaks the message rules
-    /// ([`Message::validate`]) is refused with [`MigrationError::InvalidMessage`] and nothing
-    /// is sent; a write error closes the sending direction.
+    /// Sends one message as one frame, after any queued ones, and flushes. A message that
+    /// breaks the message rules ([`Message::validate`]) is refused with
+    /// [`MigrationError::InvalidMessage`] and nothing is sent; a write error closes the sending
+    /// direction.
     pub fn send(&mut self, message: &Message) -> Result<(), MigrationError> {
-        if let Some(first_error) = &self.send_failure {
-            return Err(MigrationError::Unusable {
+        self.send_or_queue(message, false)
+    }
+
+    /// Like [`send`](Self::send), but the frame may wait in a queue (up to 256 KiB of frames)
+    /// until the next `send`, [`flush`](Self::flush) or [`receive`](Self::receive), which
+    /// write it first. For the many short frames of a round of scattered changes: one write
+    /// for many frames, not one each. Frames still queued when the stream is dropped are not
+    /// sent.
+    pub fn queue(&mut self, message: &Message) -> Result<(), MigrationError> {
+        self.send_or_queue(message, true)
+    }
+
+    /// Writes the queued frames.
+    pub fn flush(&mut self) -> Result<(), MigrationError> {
+        self.usable_for_sending()?;
+        let result = self.write_queued(&[]);
+        self.note_send_failure(&result);
+        result
+    }
+
+    fn send_or_queue(&mut self, message: &Message, queue: bool) -> Result<(), MigrationError> {
+        self.usable_for_sending()?;
+        message.validate()?;
+        let result = self.send_frame(message, queue);
+        self.note_send_failure(&result);
+        result
+    }
+
+    fn usable_for_sending(&self) -> Result<(), MigrationError> {
+        match &self.send_failure {
+            Some(first_error) => Err(MigrationError::Unusable {
                 direction: "send",
                 first_error: first_error.clone(),
-            });
+            }),
+            None => Ok(()),
         }
-        message.validate()?;
-        let result = self.send_frame(message);
-        if let Err(error) = &result {
+    }
+
+    fn note_send_failure(&mut self, result: &Result<(), MigrationError>) {
+        if let Err(error) = result {
             self.send_failure = Some(error.to_string());
         }
-        result
     }
 
     /// Reads one frame, verifies its MAC, then decodes its message. A bad MAC is
     /// [`MigrationError::Integrity`]; a header announcing more than [`MAX_PAYLOAD`] bytes is
     /// refused before reading or allocating them. Any error closes the receiving direction.
+    /// Queued frames are written first (the peer may be waiting for them to answer).
     pub fn receive(&mut self) -> Result<Message, MigrationError> {
+        if !self.queued.is_empty() {
+            self.flush()?;
+        }
         if let Some(first_error) = &self.receive_failure {
             return Err(MigrationError::Unusable {
                 direction: "receive",
@@ -156,9 +204,10 @@ impl<S: Read + Write> MemoryStream<S> {
         self.receive_sequence
     }
 
-    /// Encodes, tags and writes one frame. A `Pages` message's page data is tagged and written
-    /// from where it is (a vectored write), not copied into the frame buffer.
-    fn send_frame(&mut self, message: &Message) -> Result<(), MigrationError> {
+    /// Encodes and tags one frame, then queues it (with `queue`, if its page data is short) or
+    /// writes it after the queued ones. Page data is tagged and written from where it is (a
+    /// vectored write), not copied into the frame buffer, unless queued.
+    fn send_frame(&mut self, message: &Message, queue: bool) -> Result<(), MigrationError> {
         let sequence = self.send_sequence;
         let head = &mut self.send_buffer;
         head.clear();
@@ -179,28 +228,48 @@ impl<S: Read + Write> MemoryStream<S> {
             payload_len: payload_len as u32,
         };
         head[..FRAME_HEADER_LEN].copy_from_slice(&header.encode());
-        let tag = self.keys.send_tag(sequence, &[head, page_data]);
-        let frame_len = head.len() + page_data.len() + tag.len();
-        write_record_parts(
-            &mut self.stream,
-            &[head, page_data, &tag],
-            &mut self.bytes_sent,
-            &|| {
-                format!(
-                    "frame {sequence} ({} message, {frame_len} bytes)",
-                    message.name()
-                )
-            },
-        )?;
+        let tag = self.keys.send_tag(sequence, &[head], page_data);
         self.send_sequence += 1;
-        Ok(())
+        if queue && page_data.len() <= QUEUE_MAX_DATA {
+            self.queued.extend_from_slice(head);
+            self.queued.extend_from_slice(page_data);
+            self.queued.extend_from_slice(&tag);
+            if self.queued.len() < QUEUE_FLUSH_AT {
+                return Ok(());
+            }
+            return self.write_queued(&[]);
+        }
+        let head = std::mem::take(&mut self.send_buffer);
+        let written = self.write_queued(&[&head, page_data, &tag]);
+        self.send_buffer = head;
+        written
+    }
+
+    /// Writes the queued frames, then `frame` (a frame's parts, or nothing), and flushes.
+    fn write_queued(&mut self, frame: &[&[u8]]) -> Result<(), MigrationError> {
+        let queued = std::mem::take(&mut self.queued);
+        let frames_queued = queued.len();
+        let frame_len: usize = frame.iter().map(|p| p.len()).sum();
+        let next = self.send_sequence;
+        let mut parts = Vec::with_capacity(frame.len() + 1);
+        parts.push(&queued[..]);
+        parts.extend_from_slice(frame);
+        let written = write_record_parts(&mut self.stream, &parts, &mut self.bytes_sent, &|| {
+            format!(
+                "frames up to {} ({frames_queued} bytes queued, {frame_len} bytes more)",
+                next.saturating_sub(1)
+            )
+        });
+        self.queued = queued;
+        self.queued.clear();
+        written
     }
 
     /// Reads, verifies and decodes one frame.
     fn receive_frame(&mut self) -> Result<Message, MigrationError> {
         let sequence = self.receive_sequence;
         let mut header = [0u8; FRAME_HEADER_LEN];
-        read_record(
+        self.read_ahead.read_exact(
             &mut self.stream,
             &mut header,
             &mut self.bytes_received,
@@ -232,11 +301,12 @@ impl<S: Read + Write> MemoryStream<S> {
             self.receive_buffer.resize(body_len, 0);
         }
         let body = &mut self.receive_buffer[..body_len];
-        read_record(&mut self.stream, body, &mut self.bytes_received, &what)?;
+        self.read_ahead
+            .read_exact(&mut self.stream, body, &mut self.bytes_received, &what)?;
         let (payload, tag) = body.split_at(payload_len);
         if !self
             .keys
-            .receive_tag_matches(sequence, &[&header, payload], tag)
+            .receive_tag_matches(sequence, &[&header, payload], &[], tag)
         {
             return Err(integrity(sequence, announced, payload_len));
         }
@@ -275,29 +345,38 @@ impl<S: Read + Write> MemoryStream<S> {
             }
         };
         let fields = &mut self.receive_buffer[..PAGES_FIELDS_LEN];
-        read_record(&mut self.stream, fields, &mut self.bytes_received, what)
+        self.read_ahead
+            .read_exact(&mut self.stream, fields, &mut self.bytes_received, what)
             .map_err(within_body(0))?;
         let head_len = pages_head_len(fields)
             .filter(|&len| len <= payload_len)
             .unwrap_or(payload_len);
         let rest_of_head = &mut self.receive_buffer[PAGES_FIELDS_LEN..head_len];
-        read_record(
-            &mut self.stream,
-            rest_of_head,
-            &mut self.bytes_received,
-            what,
-        )
-        .map_err(within_body(PAGES_FIELDS_LEN))?;
-        let mut data = vec![0u8; payload_len - head_len];
-        read_record(&mut self.stream, &mut data, &mut self.bytes_received, what)
+        self.read_ahead
+            .read_exact(
+                &mut self.stream,
+                rest_of_head,
+                &mut self.bytes_received,
+                what,
+            )
+            .map_err(within_body(PAGES_FIELDS_LEN))?;
+        let data = self
+            .read_ahead
+            .read_vec(
+                &mut self.stream,
+                payload_len - head_len,
+                &mut self.bytes_received,
+                what,
+            )
             .map_err(within_body(head_len))?;
         let mut tag = [0u8; FRAME_TAG_LEN];
-        read_record(&mut self.stream, &mut tag, &mut self.bytes_received, what)
+        self.read_ahead
+            .read_exact(&mut self.stream, &mut tag, &mut self.bytes_received, what)
             .map_err(within_body(payload_len))?;
         let head = &self.receive_buffer[..head_len];
         if !self
             .keys
-            .receive_tag_matches(sequence, &[header, head, &data], &tag)
+            .receive_tag_matches(sequence, &[header, head], &data, &tag)
         {
             return Err(integrity(
                 sequence,
@@ -370,6 +449,63 @@ mod tests {
         assert_eq!(destination.bytes_received(), source.bytes_sent());
         assert_eq!(source.role(), Role::Source);
         assert!(format!("{source:?}").contains("frames_sent: 2"));
+    }
+
+    #[test]
+    fn queued_frames_wait_for_the_next_send_flush_or_receive() {
+        let (mut source, mut destination) = pair();
+        let after_handshake = source.bytes_sent();
+        let pages = |first| Message::pages(0, first, 4096, vec![first as u8; 4096]);
+        for first in 0..3 {
+            source.queue(&pages(first)).unwrap();
+        }
+        // Queued: sequence numbers taken, nothing written yet.
+        assert_eq!(source.frames_sent(), 3);
+        assert_eq!(source.bytes_sent(), after_handshake);
+        source
+            .send(&Message::RoundEnd { round: 1, pages: 3 })
+            .unwrap();
+        for first in 0..3 {
+            assert_eq!(destination.receive().unwrap(), pages(first));
+        }
+        assert_eq!(
+            destination.receive().unwrap(),
+            Message::RoundEnd { round: 1, pages: 3 }
+        );
+        // flush() writes them; so does a receive (the peer may be waiting to answer).
+        source.queue(&pages(7)).unwrap();
+        source.flush().unwrap();
+        assert_eq!(destination.receive().unwrap(), pages(7));
+        source.queue(&pages(8)).unwrap();
+        let answer = thread::spawn(move || {
+            let got = destination.receive().unwrap();
+            destination
+                .send(&Message::Done {
+                    pages: 1,
+                    bytes: 4096,
+                })
+                .unwrap();
+            got
+        });
+        assert_eq!(
+            source.receive().unwrap(),
+            Message::Done {
+                pages: 1,
+                bytes: 4096
+            }
+        );
+        assert_eq!(answer.join().unwrap(), pages(8));
+        // Past 256 KiB the queue is written without waiting.
+        let (mut source, mut destination) = pair();
+        let reader =
+            thread::spawn(move || (0..100).map(|_| destination.receive().unwrap()).count());
+        let before = source.bytes_sent();
+        for first in 0..100 {
+            source.queue(&pages(first)).unwrap();
+        }
+        assert!(source.bytes_sent() - before >= 256 * 1024);
+        source.flush().unwrap();
+        assert_eq!(reader.join().unwrap(), 100);
     }
 
     #[test]

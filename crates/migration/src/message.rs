@@ -12,8 +12,10 @@ use crate::region_info::{RegionInfo, MAX_REGIONS, MAX_REGION_NAME_LEN, MIN_PAGE_
 pub const MAX_PAGES_PAGE_SIZE: u32 = 2 * 1024 * 1024;
 /// The longest `Abort` reason, in bytes of UTF-8.
 pub const MAX_ABORT_REASON_LEN: usize = 1024;
-/// Bytes of a `Pages` payload before the checksums: region, first page, page size, count.
-pub(crate) const PAGES_FIELDS_LEN: usize = 4 + 8 + 4 + 4;
+/// Bytes of a `Pages` payload before its runs: region, page size, run count, page count.
+pub(crate) const PAGES_FIELDS_LEN: usize = 4 + 4 + 4 + 4;
+/// Bytes of one run in a `Pages` payload: first page (u64), page count (u32).
+const RUN_LEN: usize = 8 + 4;
 
 /// One message of the migration stream. Payloads are little-endian with explicit lengths; see
 /// the crate documentation for the layouts.
@@ -27,18 +29,20 @@ pub enum Message {
     },
     /// Destination → source: the regions match; go on.
     Ready,
-    /// `crcs.len()` consecutive pages of a region starting at `first_page`, with the CRC32C of
-    /// each. Build one with [`Message::pages`].
+    /// Pages of a region, in runs of consecutive pages, with the CRC32C of each page. Build
+    /// one with [`Message::pages`] (one run) or [`Message::page_runs`].
     Pages {
         /// The region's index in `Begin`.
         region: u32,
-        /// The first page's number within the region.
-        first_page: u64,
         /// The page size: a power of two from 4096 to [`MAX_PAGES_PAGE_SIZE`].
         page_size: u32,
-        /// The CRC32C (Castagnoli) of each page; at least one.
+        /// The runs `(first page, page count)`: at least one, each of at least one page, in
+        /// ascending order, none overlapping another. A round of scattered changes sends many
+        /// short runs in one message rather than a message each (one MAC, one hand-over).
+        runs: Vec<(u64, u32)>,
+        /// The CRC32C (Castagnoli) of each page, the runs' pages in order.
         crcs: Vec<u32>,
-        /// The pages' bytes: `crcs.len() * page_size` of them.
+        /// The pages' bytes, the runs' pages in order: `crcs.len() * page_size` of them.
         data: Vec<u8>,
     },
     /// These pages are zero now (never touched, or discarded since sent).
@@ -78,12 +82,21 @@ impl Message {
     /// should hold whole pages; if it does not (or breaks another rule), [`Message::validate`]
     /// and so [`crate::MemoryStream::send`] refuse the message.
     pub fn pages(region: u32, first_page: u64, page_size: u32, data: Vec<u8>) -> Message {
+        let pages = data.len() / (page_size as usize).max(1);
+        let count = u32::try_from(pages).unwrap_or(u32::MAX);
+        Message::page_runs(region, page_size, vec![(first_page, count)], data)
+    }
+
+    /// A `Pages` message of several runs `(first page, count)` whose pages' bytes, in run
+    /// order, are `data`, computing the CRC32C of each page. A message breaking the rules is
+    /// refused by [`Message::validate`], as for [`Message::pages`].
+    pub fn page_runs(region: u32, page_size: u32, runs: Vec<(u64, u32)>, data: Vec<u8>) -> Message {
         let chunk = (page_size as usize).max(1);
         let crcs = data.chunks(chunk).map(crc32c::crc32c).collect();
         Message::Pages {
             region,
-            first_page,
             page_size,
+            runs,
             crcs,
             data,
         }
@@ -137,12 +150,12 @@ impl Message {
                     .find_map(|(index, region)| region.problem(index))
             }
             Message::Pages {
-                first_page,
                 page_size,
+                runs,
                 crcs,
                 data,
                 ..
-            } => pages_problem(*first_page, *page_size, crcs.len(), data.len()),
+            } => pages_problem(*page_size, runs, crcs.len(), data.len()),
             Message::Zero {
                 first_page, pages, ..
             } => {
@@ -165,19 +178,54 @@ impl Message {
     }
 }
 
-/// Which `Pages` rule `count` pages of `page_size` bytes from `first_page`, with `data_len`
+/// Which `Pages` rule `runs` of `page_size`-byte pages, with `count` checksums and `data_len`
 /// bytes of data, break, if any.
-fn pages_problem(first_page: u64, page_size: u32, count: usize, data_len: usize) -> Option<String> {
+fn pages_problem(
+    page_size: u32,
+    runs: &[(u64, u32)],
+    count: usize,
+    data_len: usize,
+) -> Option<String> {
     if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGES_PAGE_SIZE).contains(&page_size) {
         return Some(format!(
             "page size {page_size} is not a power of two from {MIN_PAGE_SIZE} to \
              {MAX_PAGES_PAGE_SIZE}"
         ));
     }
-    if count == 0 {
-        return Some("carries no pages".into());
+    if runs.is_empty() {
+        return Some("has no runs of pages".into());
+    }
+    let mut pages_in_runs = 0u64;
+    let mut previous_end = 0u64;
+    for (index, &(first, pages)) in runs.iter().enumerate() {
+        if pages == 0 {
+            return Some(format!("run {index} (from page {first}) covers no pages"));
+        }
+        if index > 0 && first < previous_end {
+            return Some(format!(
+                "run {index} starts at page {first}, before the end of the run before it \
+                 (page {previous_end}): runs must ascend without overlapping"
+            ));
+        }
+        let end = first.checked_add(u64::from(pages));
+        if end
+            .and_then(|end| end.checked_mul(u64::from(page_size)))
+            .is_none()
+        {
+            return Some(format!(
+                "run {index}, pages {first}..+{pages} of {page_size} bytes, ends past the \
+                 largest byte offset"
+            ));
+        }
+        previous_end = end.unwrap_or(u64::MAX);
+        pages_in_runs += u64::from(pages);
     }
     let count = count as u64;
+    if pages_in_runs != count {
+        return Some(format!(
+            "its runs hold {pages_in_runs} pages but it carries {count} checksums"
+        ));
+    }
     let expected_data = count * u64::from(page_size);
     if data_len as u64 != expected_data {
         return Some(format!(
@@ -185,20 +233,13 @@ fn pages_problem(first_page: u64, page_size: u32, count: usize, data_len: usize)
              ({expected_data})"
         ));
     }
-    let payload = PAGES_FIELDS_LEN as u64 + 4 * count + expected_data;
+    let payload =
+        PAGES_FIELDS_LEN as u64 + RUN_LEN as u64 * runs.len() as u64 + 4 * count + expected_data;
     if payload > MAX_PAYLOAD as u64 {
         return Some(format!(
-            "{count} pages of {page_size} bytes make a {payload}-byte payload, over the \
-             {MAX_PAYLOAD}-byte limit"
-        ));
-    }
-    let end_fits = first_page
-        .checked_add(count)
-        .and_then(|end| end.checked_mul(u64::from(page_size)))
-        .is_some();
-    if !end_fits {
-        return Some(format!(
-            "pages {first_page}..+{count} of {page_size} bytes end past the largest byte offset"
+            "{count} pages of {page_size} bytes in {} runs make a {payload}-byte payload, over \
+             the {MAX_PAYLOAD}-byte limit",
+            runs.len()
         ));
     }
     None
@@ -234,16 +275,20 @@ pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -
         Message::Ready | Message::Finish => {}
         Message::Pages {
             region,
-            first_page,
             page_size,
+            runs,
             crcs,
             data,
         } => {
-            out.reserve(PAGES_FIELDS_LEN + 4 * crcs.len());
+            out.reserve(PAGES_FIELDS_LEN + RUN_LEN * runs.len() + 4 * crcs.len());
             out.extend_from_slice(&region.to_le_bytes());
-            out.extend_from_slice(&first_page.to_le_bytes());
             out.extend_from_slice(&page_size.to_le_bytes());
+            out.extend_from_slice(&saturating_u32(runs.len()).to_le_bytes());
             out.extend_from_slice(&saturating_u32(crcs.len()).to_le_bytes());
+            for (first, pages) in runs {
+                out.extend_from_slice(&first.to_le_bytes());
+                out.extend_from_slice(&pages.to_le_bytes());
+            }
             for crc in crcs {
                 out.extend_from_slice(&crc.to_le_bytes());
             }
@@ -272,14 +317,17 @@ pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -
 }
 
 /// Where a `Pages` payload's page data starts, read from its first [`PAGES_FIELDS_LEN`] bytes
-/// (the count field): `None` if `fields` is shorter or the count overflows. The receiver
-/// uses it, before the MAC is checked, only to read the page data into a buffer of its own;
-/// nothing else trusts it ([`decode_pages_parts`] checks the split).
+/// (the run and page counts): `None` if `fields` is shorter or the length overflows. The
+/// receiver uses it, before the MAC is checked, only to read the page data into a buffer of
+/// its own; nothing else trusts it ([`decode_pages_parts`] checks the split).
 pub(crate) fn pages_head_len(fields: &[u8]) -> Option<usize> {
-    let count = fields.get(PAGES_FIELDS_LEN - 4..PAGES_FIELDS_LEN)?;
-    let count = u32::from_le_bytes([count[0], count[1], count[2], count[3]]);
-    (count as usize)
-        .checked_mul(4)?
+    let field = |at: usize| {
+        let bytes = fields.get(at..at + 4)?;
+        Some(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize)
+    };
+    let (runs, pages) = (field(8)?, field(12)?);
+    runs.checked_mul(RUN_LEN)?
+        .checked_add(pages.checked_mul(4)?)?
         .checked_add(PAGES_FIELDS_LEN)
 }
 
@@ -353,11 +401,11 @@ fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
     Ok(Message::Begin { regions })
 }
 
-/// A `Pages` message's fields before its data: region, first page, page size, checksums.
+/// A `Pages` message's fields before its data: region, page size, runs, checksums.
 struct PagesFields {
     region: u32,
-    first_page: u64,
     page_size: u32,
+    runs: Vec<(u64, u32)>,
     crcs: Vec<u32>,
 }
 
@@ -366,8 +414,8 @@ impl PagesFields {
     fn with_data(self, data: Vec<u8>) -> Message {
         Message::Pages {
             region: self.region,
-            first_page: self.first_page,
             page_size: self.page_size,
+            runs: self.runs,
             crcs: self.crcs,
             data,
         }
@@ -383,32 +431,49 @@ fn decode_pages(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
     Ok(fields.with_data(data))
 }
 
-/// Reads a `Pages` payload's fields and checksums from `reader`, checking that the page count
-/// fits what follows them: the rest of `reader` plus `outside` bytes given apart.
+/// Reads a `Pages` payload's fields, runs and checksums from `reader`, checking that the
+/// counts fit what follows them (the rest of `reader` plus `outside` bytes given apart) before
+/// allocating for them.
 fn decode_pages_fields(
     reader: &mut PayloadReader<'_>,
     outside: usize,
 ) -> Result<PagesFields, MigrationError> {
     let region = reader.u32("region")?;
-    let first_page = reader.u64("first page")?;
     let page_size = reader.u32("page size")?;
+    let run_count = reader.u32("run count")?;
     let count_offset = reader.offset();
     let count = reader.u32("page count")?;
-    // Check the page size and that the count fits the payload before allocating for it.
-    if let Some(problem) = pages_problem(first_page, page_size, 1, page_size as usize) {
+    // Check the page size and that the counts fit the payload before allocating for them.
+    if let Some(problem) = pages_problem(page_size, &[(0, 1)], 1, page_size as usize) {
         return Err(reader.malformed(problem));
     }
-    if count == 0 {
-        return Err(reader.malformed("carries no pages (count 0 at byte offset 16)".into()));
+    if run_count == 0 || count == 0 {
+        return Err(reader.malformed(format!(
+            "carries no pages ({run_count} runs, {count} pages at byte offset 8)"
+        )));
     }
-    let needed = u64::from(count) * (4 + u64::from(page_size));
+    let needed =
+        u64::from(run_count) * RUN_LEN as u64 + u64::from(count) * (4 + u64::from(page_size));
     let follows = reader.remaining() as u64 + outside as u64;
     if needed != follows {
         return Err(reader.malformed(format!(
-            "page count {count} at byte offset {count_offset} needs {needed} bytes of checksums \
-             and {page_size}-byte pages, but {follows} bytes follow"
+            "{run_count} runs and page count {count} at byte offset {count_offset} need \
+             {needed} bytes of runs, checksums and {page_size}-byte pages, but {follows} bytes \
+             follow"
         )));
     }
+    let run_bytes = reader.take(RUN_LEN * run_count as usize, "runs")?;
+    let runs = run_bytes
+        .chunks_exact(RUN_LEN)
+        .map(|run| {
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&run[..8]);
+            (
+                u64::from_le_bytes(first),
+                u32::from_le_bytes([run[8], run[9], run[10], run[11]]),
+            )
+        })
+        .collect();
     let crc_bytes = reader.take(4 * count as usize, "checksums")?;
     let crcs = crc_bytes
         .chunks_exact(4)
@@ -416,8 +481,8 @@ fn decode_pages_fields(
         .collect();
     Ok(PagesFields {
         region,
-        first_page,
         page_size,
+        runs,
         crcs,
     })
 }
@@ -441,20 +506,24 @@ fn finish_pages(
 fn check_page_crcs(message: &Message) -> Result<(), MigrationError> {
     let Message::Pages {
         region,
-        first_page,
         page_size,
+        runs,
         crcs,
         data,
     } = message
     else {
         return Ok(());
     };
-    for ((index, page), &expected) in data.chunks(*page_size as usize).enumerate().zip(crcs) {
+    let page_numbers = runs
+        .iter()
+        .flat_map(|&(first, pages)| first..first + u64::from(pages));
+    let pages = data.chunks(*page_size as usize).zip(crcs).zip(page_numbers);
+    for ((page, &expected), number) in pages {
         let actual = crc32c::crc32c(page);
         if actual != expected {
             return Err(MigrationError::Checksum {
                 region: *region,
-                page: first_page + index as u64,
+                page: number,
                 expected,
                 actual,
             });
@@ -485,15 +554,15 @@ impl fmt::Debug for Message {
             Message::Ready => f.write_str("Ready"),
             Message::Pages {
                 region,
-                first_page,
                 page_size,
+                runs,
                 crcs,
                 data,
             } => f
                 .debug_struct("Pages")
                 .field("region", region)
-                .field("first_page", first_page)
                 .field("page_size", page_size)
+                .field("runs", &DebugRuns(runs))
                 .field("crcs", &format_args!("<{} checksums>", crcs.len()))
                 .field("data", &format_args!("<{} bytes>", data.len()))
                 .finish(),
@@ -519,6 +588,19 @@ impl fmt::Debug for Message {
                 .field("bytes", bytes)
                 .finish(),
             Message::Abort { reason } => f.debug_struct("Abort").field("reason", reason).finish(),
+        }
+    }
+}
+
+/// A `Pages` message's runs in `Debug` output: all of a few, the count of many.
+struct DebugRuns<'a>(&'a [(u64, u32)]);
+
+impl fmt::Debug for DebugRuns<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() <= 4 {
+            f.debug_list().entries(self.0).finish()
+        } else {
+            write!(f, "<{} runs from page {}>", self.0.len(), self.0[0].0)
         }
     }
 }
@@ -550,7 +632,8 @@ mod tests {
             },
             Message::Begin { regions: vec![] },
             Message::Ready,
-            Message::pages(1, 77, 4096, data),
+            Message::pages(1, 77, 4096, data.clone()),
+            Message::page_runs(0, 4096, vec![(3, 1), (4, 1), (10, 1)], data),
             Message::Zero {
                 region: 0,
                 first_page: 5,
@@ -613,8 +696,8 @@ mod tests {
             assert!(parts.is_err(), "split at {at}: {parts:?}");
         }
         let mut corrupt = whole.clone();
-        corrupt[PAGES_FIELDS_LEN + 8 + 5000] ^= 1;
-        let (head, data) = corrupt.split_at(PAGES_FIELDS_LEN + 8);
+        corrupt[PAGES_FIELDS_LEN + RUN_LEN + 8 + 5000] ^= 1;
+        let (head, data) = corrupt.split_at(PAGES_FIELDS_LEN + RUN_LEN + 8);
         assert_eq!(
             decode_pages_parts(head, data.to_vec())
                 .unwrap_err()
@@ -625,8 +708,8 @@ mod tests {
         );
         // A count that does not fit: the same error as for the whole payload.
         let mut lying = whole.clone();
-        lying[16..20].copy_from_slice(&3u32.to_le_bytes());
-        let (head, data) = lying.split_at(PAGES_FIELDS_LEN + 8);
+        lying[12..16].copy_from_slice(&3u32.to_le_bytes());
+        let (head, data) = lying.split_at(PAGES_FIELDS_LEN + RUN_LEN + 8);
         assert_eq!(
             decode_pages_parts(head, data.to_vec())
                 .unwrap_err()
@@ -662,7 +745,7 @@ mod tests {
         let message = Message::pages(3, 40, 4096, vec![5u8; 3 * 4096]);
         let mut payload = encode_payload(&message);
         // Corrupt one byte of the third page's data.
-        let data_start = PAGES_FIELDS_LEN + 3 * 4;
+        let data_start = PAGES_FIELDS_LEN + RUN_LEN + 3 * 4;
         payload[data_start + 2 * 4096 + 17] ^= 0x20;
         let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
         assert!(
@@ -677,6 +760,13 @@ mod tests {
             "{error}"
         );
         assert!(error.to_string().contains("page 42 of region 3"));
+        // In a message of several runs, the page is numbered within its run.
+        let message = Message::page_runs(3, 4096, vec![(7, 1), (40, 2)], vec![5u8; 3 * 4096]);
+        let mut payload = encode_payload(&message);
+        let data_start = PAGES_FIELDS_LEN + 2 * RUN_LEN + 3 * 4;
+        payload[data_start + 2 * 4096] ^= 1;
+        let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
+        assert!(error.to_string().contains("page 41 of region 3"), "{error}");
     }
 
     #[test]
@@ -704,18 +794,22 @@ mod tests {
 
     #[test]
     fn refuses_counts_that_do_not_fit_before_allocating() {
-        // A Pages header claiming u32::MAX pages of 2 MiB in a tiny payload.
+        // A Pages header claiming u32::MAX runs and pages of 2 MiB in a tiny payload.
         let mut payload = Vec::new();
         payload.extend_from_slice(&0u32.to_le_bytes());
-        payload.extend_from_slice(&0u64.to_le_bytes());
         payload.extend_from_slice(&MAX_PAGES_PAGE_SIZE.to_le_bytes());
+        payload.extend_from_slice(&u32::MAX.to_le_bytes());
         payload.extend_from_slice(&u32::MAX.to_le_bytes());
         let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
         assert!(
             error
                 .to_string()
-                .contains("page count 4294967295 at byte offset 16"),
+                .contains("4294967295 runs and page count 4294967295 at byte offset 12"),
             "{error}"
+        );
+        assert_eq!(
+            pages_head_len(&payload),
+            Some(PAGES_FIELDS_LEN + (u32::MAX as usize) * (RUN_LEN + 4))
         );
         // A Begin claiming many regions.
         let error = decode_payload(MessageKind::Begin.to_byte(), &u32::MAX.to_le_bytes())
@@ -749,6 +843,12 @@ mod tests {
             Message::pages(0, 0, 2048, vec![0; 2048]),
             Message::pages(0, u64::MAX, 4096, vec![0; 4096]),
             Message::pages(0, 0, 4096, vec![0; MAX_PAYLOAD]),
+            Message::page_runs(0, 4096, vec![], vec![]),
+            Message::page_runs(0, 4096, vec![(0, 1), (1, 0)], vec![0; 4096]),
+            Message::page_runs(0, 4096, vec![(5, 2), (6, 1)], vec![0; 3 * 4096]),
+            Message::page_runs(0, 4096, vec![(5, 1), (2, 1)], vec![0; 2 * 4096]),
+            Message::page_runs(0, 4096, vec![(5, 1), (7, 1)], vec![0; 3 * 4096]),
+            Message::page_runs(0, 4096, vec![(1, 1), (u64::MAX, 1)], vec![0; 2 * 4096]),
             Message::Zero {
                 region: 0,
                 first_page: 0,
@@ -797,7 +897,7 @@ mod tests {
         let shown = format!("{:?}", Message::pages(0, 0, 4096, vec![0; 4096]));
         assert_eq!(
             shown,
-            "Pages { region: 0, first_page: 0, page_size: 4096, crcs: <1 checksums>, data: <4096 bytes> }"
+            "Pages { region: 0, page_size: 4096, runs: [(0, 1)], crcs: <1 checksums>, data: <4096 bytes> }"
         );
     }
 }

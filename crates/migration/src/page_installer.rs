@@ -30,13 +30,17 @@ pub const BATCH_PAGES: u64 = 256;
 /// ...or this many messages.
 pub const BATCH_MESSAGES: usize = 64;
 
+/// A `Pages` message's runs `(first region page, pages)` and their data, in run order.
+pub(crate) type ReceivedPages = (Vec<(u64, u32)>, Vec<u8>);
+
 /// One install.
 enum Install {
-    /// Whole pages of `page_size`: each message's data from its first region page on.
+    /// Whole pages of `page_size`: each message's runs `(first region page, pages)` and
+    /// their data, in run order.
     Pages {
         region: Arc<Region>,
         page_size: u32,
-        messages: Vec<(u64, Vec<u8>)>,
+        messages: Vec<ReceivedPages>,
     },
     /// Bytes `offset..offset + len` became zero (a `Zero` message).
     Discard {
@@ -50,7 +54,7 @@ enum Install {
 struct PagesBatch {
     region: Arc<Region>,
     page_size: u32,
-    messages: Vec<(u64, Vec<u8>)>,
+    messages: Vec<ReceivedPages>,
     pages: u64,
 }
 
@@ -107,13 +111,13 @@ impl<'scope> PageInstaller<'scope> {
         })
     }
 
-    /// Adds the pages of a `Pages` message (`pages` of them) to the batch, handing the batch
-    /// over when it is full. An earlier install that failed is returned here (the installer
-    /// stopped at it).
+    /// Adds the pages of a `Pages` message (its runs and their data) to the batch, handing
+    /// the batch over when it is full. An earlier install that failed is returned here (the
+    /// installer stopped at it).
     pub(crate) fn pages(
         &mut self,
         region: Arc<Region>,
-        first: u64,
+        runs: Vec<(u64, u32)>,
         page_size: u32,
         data: Vec<u8>,
     ) -> Result<(), MigrationError> {
@@ -131,7 +135,7 @@ impl<'scope> PageInstaller<'scope> {
             messages: Vec::new(),
             pages: 0,
         });
-        batch.messages.push((first, data));
+        batch.messages.push((runs, data));
         batch.pages += pages;
         if batch.pages >= BATCH_PAGES || batch.messages.len() >= BATCH_MESSAGES {
             self.flush()?;
@@ -246,7 +250,7 @@ mod tests {
             for i in 0..8u8 {
                 let data = vec![i + 1; 2 * pg];
                 installer
-                    .pages(r.clone(), u64::from(i) * 2, pg as u32, data)
+                    .pages(r.clone(), vec![(u64::from(i) * 2, 2)], pg as u32, data)
                     .unwrap();
             }
             // Pages 2..4 became zero after they were sent: zero at the end.
@@ -262,11 +266,11 @@ mod tests {
         std::thread::scope(|scope| {
             let mut installer = PageInstaller::start(scope, &progress, no_start).unwrap();
             installer
-                .pages(r.clone(), 0, 2 * pg as u32, vec![9; 2 * pg])
+                .pages(r.clone(), vec![(0, 1)], 2 * pg as u32, vec![9; 2 * pg])
                 .unwrap();
             let mut failed = None;
             for _ in 0..2 * INSTALLS_WAITING + 2 {
-                if let Err(e) = installer.pages(r.clone(), 4, pg as u32, vec![7; pg]) {
+                if let Err(e) = installer.pages(r.clone(), vec![(4, 1)], pg as u32, vec![7; pg]) {
                     failed = Some(e);
                     break;
                 }
@@ -288,5 +292,39 @@ mod tests {
             page(&r, 4).iter().all(|&b| b == 3),
             "nothing handed over after the failure was installed"
         );
+    }
+
+    #[test]
+    fn a_message_of_several_runs_lands_on_each_run_across_chunk_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(r) = region(&dir) else { return };
+        let pg = page_size();
+        let progress = MigrationProgress::new(Role::Destination, "receiving");
+        // Chunks of 4 pages: run (3, 3) crosses from chunk 0 into chunk 1.
+        let runs: Vec<(u64, u32)> = vec![(1, 1), (3, 3), (9, 2), (15, 1)];
+        let mut data = Vec::new();
+        for (n, &(first, pages)) in runs.iter().enumerate() {
+            for p in 0..u64::from(pages) {
+                data.extend(std::iter::repeat_n((10 * n as u64 + first + p) as u8, pg));
+            }
+        }
+        std::thread::scope(|scope| {
+            let mut installer = PageInstaller::start(scope, &progress, no_start).unwrap();
+            installer
+                .pages(r.clone(), runs.clone(), pg as u32, data)
+                .unwrap();
+            installer.finish().unwrap();
+        });
+        for i in 0..16u64 {
+            let expected = runs
+                .iter()
+                .enumerate()
+                .find(|(_, &(first, pages))| (first..first + u64::from(pages)).contains(&i))
+                .map_or(0, |(n, _)| (10 * n as u64 + i) as u8);
+            assert!(
+                page(&r, i as usize).iter().all(|&b| b == expected),
+                "page {i}"
+            );
+        }
     }
 }

@@ -54,6 +54,7 @@ fn seeds() -> Vec<Vec<u8>> {
         Message::Ready,
         Message::pages(2, 9, 4096, vec![0; 4096]),
         Message::pages(0, 1, 4096, (0..8192u32).map(|i| (i % 253) as u8).collect()),
+        Message::page_runs(1, 4096, vec![(3, 1), (4, 2)], vec![7; 3 * 4096]),
         Message::Zero {
             region: 1,
             first_page: 2,

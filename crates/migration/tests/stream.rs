@@ -101,6 +101,12 @@ fn source_messages() -> Vec<Message> {
         Message::pages(0, 0, 4096, patterned(4096, 1)),
         Message::pages(0, 1024, 4096, patterned(4 << 20, 2)),
         Message::pages(1, 2, 2 << 20, patterned(4 << 20, 3)),
+        Message::page_runs(
+            0,
+            4096,
+            vec![(5, 1), (9, 3), (12, 1), (4000, 2)],
+            patterned(7 * 4096, 5),
+        ),
         Message::Zero {
             region: 0,
             first_page: 2048,
@@ -159,7 +165,7 @@ where
     assert_eq!(source.bytes_sent(), destination.bytes_received());
     assert_eq!(source.bytes_received(), destination.bytes_sent());
     assert!(source.bytes_sent() > 8 << 20);
-    assert_eq!(source.frames_sent(), 8);
+    assert_eq!(source.frames_sent(), 9);
     assert_eq!(destination.frames_sent(), 2);
 }
 
@@ -373,7 +379,7 @@ impl<S: Write> Write for Tamper<S> {
     }
 }
 
-/// Frames the tampered source sends: frame 1 is a two-page `Pages` (8220-byte payload).
+/// Frames the tampered source sends: frame 1 is a two-page `Pages` (8228-byte payload).
 fn tampered_frames() -> Vec<Message> {
     vec![
         Message::Ready,
@@ -435,18 +441,20 @@ fn assert_integrity_failure_at(results: &[Result<Message, MigrationError>], sequ
 
 #[test]
 fn a_flipped_bit_anywhere_in_a_frame_fails_integrity() {
-    // Frame 1 (record 3): header 0..8, payload 8..8228, tag 8228..8260.
+    // Frame 1 (record 3): header 0..8, payload 8..8236, tag 8236..8268.
     let places = [
         (0, 0, "magic"),
         (3, 1, "message type"),
         (4, 0, "payload length, longer"),
         (4, 2, "payload length, shorter"),
         (8, 0, "region field"),
-        (8 + 20 + 4, 5, "second page checksum"),
-        (8 + 28 + 5000, 7, "page data"),
-        (8227, 0, "last payload byte"),
-        (8228, 0, "first tag byte"),
-        (8259, 7, "last tag byte"),
+        (8 + 16 + 4, 3, "run's first page"),
+        (8 + 16 + 8, 0, "run's page count"),
+        (8 + 28 + 4, 5, "second page checksum"),
+        (8 + 36 + 5000, 7, "page data"),
+        (8235, 0, "last payload byte"),
+        (8236, 0, "first tag byte"),
+        (8267, 7, "last tag byte"),
     ];
     for (byte, bit, what) in places {
         let results = receive_tampered(Tampering::FlipBit {
@@ -474,7 +482,7 @@ fn a_length_flipped_over_the_limit_is_refused_before_reading() {
     assert_eq!(results[0].as_ref().unwrap(), &Message::Ready);
     let error = results[1].as_ref().unwrap_err();
     assert!(
-        matches!(error, MigrationError::FrameTooLarge { sequence: 1, len, .. } if *len == 8220 | 0x8000_0000),
+        matches!(error, MigrationError::FrameTooLarge { sequence: 1, len, .. } if *len == 8228 | 0x8000_0000),
         "{error}"
     );
     assert!(results[2].is_err());
@@ -555,7 +563,7 @@ fn a_peer_closing_mid_frame_is_named_not_waited_for() {
     let cases: [(usize, &str); 3] = [
         (
             8 + 1000,
-            "after 1000 of 8252 bytes of frame 1 (announced as Pages, 8220-byte payload + \
+            "after 1000 of 8260 bytes of frame 1 (announced as Pages, 8228-byte payload + \
              32-byte tag)",
         ),
         (5, "after 5 of 8 bytes of frame 1's header"),
@@ -591,8 +599,8 @@ fn a_page_with_a_wrong_checksum_names_region_and_page() {
     let (mut source, mut destination) = connected(source, destination);
     let Message::Pages {
         region,
-        first_page,
         page_size,
+        runs,
         mut crcs,
         data,
     } = Message::pages(5, 100, 4096, patterned(3 * 4096, 4))
@@ -603,8 +611,8 @@ fn a_page_with_a_wrong_checksum_names_region_and_page() {
     source
         .send(&Message::Pages {
             region,
-            first_page,
             page_size,
+            runs,
             crcs,
             data,
         })

@@ -15,10 +15,12 @@
 //!
 //! Freed large allocations of up to [`REUSED_MAX`] bytes are kept for reuse, at most
 //! [`REUSED_TOTAL`] bytes of them (the oldest unmapped to make room), and handed out again for
-//! the same length (zeroed by hand when asked for zeroed memory). These are I/O buffers: a
-//! live migration allocates one per chunk it sends or receives, and a fresh mapping costs a
-//! page fault per 4 KiB on first write (3 to 13 µs each here, 1 to 3 ms per MiB), several
-//! times the cost of the copy itself.
+//! a request of the same length class (zeroed by hand when asked for zeroed memory): large
+//! allocations up to [`REUSED_MAX`] are mapped in power-of-two lengths, so buffers of varying
+//! sizes (a migration message of 37 pages, then one of 201) find a kept one. These are I/O
+//! buffers: a live migration allocates one per chunk or batch it sends or receives, and a
+//! fresh mapping costs a page fault per 4 KiB on first write (3 to 13 µs each here, 1 to 3 ms
+//! per MiB), several times the cost of the copy itself.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
@@ -128,8 +130,15 @@ fn class_of(layout: Layout) -> Option<usize> {
     (shift <= MAX_SHIFT).then(|| (shift - MIN_SHIFT) as usize)
 }
 
+/// The mapping length of a large allocation: a power of two up to [`REUSED_MAX`] (the
+/// length classes of kept mappings), whole pages beyond.
 fn large_len(layout: Layout) -> usize {
-    layout.size().next_multiple_of(PAGE)
+    let len = layout.size().next_multiple_of(PAGE);
+    if len <= REUSED_MAX {
+        len.next_power_of_two()
+    } else {
+        len
+    }
 }
 
 // SAFETY: blocks of a class are at least as large and as aligned as every layout mapped to
@@ -196,8 +205,9 @@ unsafe impl GlobalAlloc for ShimAllocator {
             let len = large_len(layout);
             return match reused().take(len) {
                 Some(p) => {
-                    // SAFETY: `p` is a kept mapping of `len` bytes, now the caller's.
-                    unsafe { std::ptr::write_bytes(p, 0, len) };
+                    // SAFETY: `p` is a kept mapping of `len` bytes, now the caller's; the
+                    // caller's `layout.size()` bytes of it are zeroed.
+                    unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
                     p
                 }
                 // A fresh anonymous mapping reads as zeros: nothing to write.
@@ -366,6 +376,18 @@ mod tests {
         assert_eq!(r, p);
         // SAFETY: freed once with its layout.
         unsafe { a.dealloc(r, layout) };
+
+        // Another length of the same power-of-two class gets the same buffer.
+        let other = Layout::from_size_align(len + 7 * PAGE + 1, 8).unwrap();
+        // SAFETY: a non-zero layout; freed with it below.
+        let o = unsafe { a.alloc_zeroed(other) };
+        assert_eq!(o, p, "a kept buffer of the class is handed out");
+        // SAFETY: `len + 7 pages + 1` readable bytes.
+        assert!(unsafe { std::slice::from_raw_parts(o, other.size()) }
+            .iter()
+            .all(|&b| b == 0));
+        // SAFETY: freed once with its layout.
+        unsafe { a.dealloc(o, other) };
 
         // Larger than REUSED_MAX: unmapped at once, never kept.
         let big = Layout::from_size_align(REUSED_MAX + PAGE, 8).unwrap();
