@@ -350,7 +350,8 @@ impl<'a> MemorySender<'a> {
             let batches: Vec<Vec<(usize, usize)>> =
                 read_batches(&runs).map(|batch| batch.to_vec()).collect();
             let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
-            let plan = batches.into_iter().map(|batch| (ri, batch)).collect();
+            // The read-ahead is given this region alone: its index there is 0.
+            let plan = batches.into_iter().map(|batch| (0, batch)).collect();
             let mut reads = ReadAhead::start(vec![region.clone()], plan, self.thread_start)?;
             let mut sizes = sizes.into_iter();
             // Runs of `runs` sent so far.

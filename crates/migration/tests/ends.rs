@@ -361,3 +361,74 @@ fn a_round_cut_short_by_the_pause_leaves_nothing_behind() {
         "the destination holds the source's bytes"
     );
 }
+
+/// A guest with two memory regions: pages of the second change between rounds (the region's
+/// later rounds read through their own read-ahead), and both arrive whole.
+#[test]
+fn changes_in_a_second_region_arrive() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let sources = [region(&dir, 16, 16), region(&dir, 16, 16)];
+    let destinations = [region(&dir, 16, 8), region(&dir, 16, 8)];
+    for (n, r) in sources.iter().enumerate() {
+        for p in 0..r.len() / ps {
+            write(
+                r,
+                p * ps,
+                &((n * 1000 + p) as u64 + 1).to_le_bytes().repeat(ps / 8),
+            );
+        }
+    }
+    let key = MigrationKey::from_bytes(&[6; 32]).unwrap();
+    let (l, addr) = listener();
+    let (_, receiver) = serve(l, key.clone(), destinations.to_vec());
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            while progress.status().rounds < 1 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "{:?}",
+                    progress.status()
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Changes after round 0 in the second region only, then the pause.
+            for p in (0..sources[1].len() / ps).step_by(3) {
+                write(&sources[1], p * ps + 16, &u64::MAX.to_le_bytes());
+            }
+            let rounds = progress.status().rounds;
+            while progress.status().rounds < rounds + 2 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "{:?}",
+                    progress.status()
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            signals.finish();
+        });
+        let result = MemorySender::run(
+            &sources,
+            addr,
+            &key,
+            options(),
+            &signals,
+            &progress,
+            no_thread_start,
+        );
+        if let Err(e) = result {
+            signals.finish();
+            panic!("the migration failed: {e}");
+        }
+    });
+    receiver.join().unwrap().unwrap();
+    for (n, (src, dst)) in sources.iter().zip(&destinations).enumerate() {
+        assert!(contents(dst) == contents(src), "region {n} arrived whole");
+    }
+}
