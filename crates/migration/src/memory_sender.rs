@@ -347,14 +347,12 @@ impl<'a> MemorySender<'a> {
             };
             // Scattered changes are many short runs: read in batches, each in one hand-over,
             // ahead of sending.
-            let batches: Vec<Vec<(usize, usize)>> =
-                read_batches(&runs).map(|batch| batch.to_vec()).collect();
-            let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
             // The read-ahead is given this region alone: its index there is 0.
-            let plan = batches.into_iter().map(|batch| (0, batch)).collect();
+            let plan = read_batches(&runs)
+                .map(|batch| (0, batch.to_vec()))
+                .collect();
             let mut reads = ReadAhead::start(vec![region.clone()], plan, self.thread_start)?;
-            let mut sizes = sizes.into_iter();
-            // Runs of `runs` sent so far.
+            // Runs of `runs` sent so far (a read holds one `MigrationPages` per run).
             let mut done = 0;
             loop {
                 self.check_cancel()?;
@@ -369,8 +367,9 @@ impl<'a> MemorySender<'a> {
                 };
                 let (_, read) = read?;
                 *changed += read.iter().map(|pages| pages.len() as u64).sum::<u64>();
+                let batch_runs = read.len();
                 self.send_reads(ri, read, true)?;
-                done += sizes.next().unwrap_or_default();
+                done += batch_runs;
             }
         }
         Ok(false)
@@ -396,14 +395,14 @@ impl<'a> MemorySender<'a> {
         mut reads: Vec<MigrationPages>,
         zeros: bool,
     ) -> Result<(), MigrationError> {
-        if let [read] = &mut reads[..] {
-            if read.nonzero_runs() == [(0, read.len())] {
+        let nonzero: Vec<Vec<(usize, usize)>> = reads.iter().map(|r| r.nonzero_runs()).collect();
+        if let ([read], [only]) = (&mut reads[..], &nonzero[..]) {
+            if only[..] == [(0, read.len())] {
                 let runs = vec![(read.first_page as u64, read.len() as u32)];
                 let data = std::mem::take(&mut read.data);
                 return self.send_pages(ri, runs, data);
             }
         }
-        let nonzero: Vec<Vec<(usize, usize)>> = reads.iter().map(|r| r.nonzero_runs()).collect();
         // One allocation of the final size: a buffer grown page by page would be copied and
         // its fresh memory faulted in again at every doubling.
         let bytes =

@@ -334,16 +334,8 @@ impl<S: Read + Write> MemoryStream<S> {
         }
         // Each piece is read on its own; a peer closing mid-frame is told in bytes of the
         // whole frame body, as for any other frame.
-        let within_body = |offset: usize| {
-            move |error| match error {
-                MigrationError::UnexpectedEnd { what, got, .. } => MigrationError::UnexpectedEnd {
-                    what,
-                    got: got + offset,
-                    expected: body_len,
-                },
-                other => other,
-            }
-        };
+        let within_body =
+            |offset: usize| move |error: MigrationError| error.within(offset, body_len);
         let fields = &mut self.receive_buffer[..PAGES_FIELDS_LEN];
         self.read_ahead
             .read_exact(&mut self.stream, fields, &mut self.bytes_received, what)

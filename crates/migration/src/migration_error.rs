@@ -227,6 +227,21 @@ pub enum MigrationError {
     Pager(#[from] memvisor_pager::PagerError),
 }
 
+impl MigrationError {
+    /// An [`UnexpectedEnd`](Self::UnexpectedEnd) of a part read at byte `offset` of a larger
+    /// record of `expected` bytes, told in bytes of that record; other errors as they are.
+    pub(crate) fn within(self, offset: usize, expected: usize) -> Self {
+        match self {
+            MigrationError::UnexpectedEnd { what, got, .. } => MigrationError::UnexpectedEnd {
+                what,
+                got: got + offset,
+                expected,
+            },
+            other => other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

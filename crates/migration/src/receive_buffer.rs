@@ -45,22 +45,15 @@ impl ReceiveBuffer {
         counter: &mut u64,
         what: &dyn Fn() -> String,
     ) -> Result<(), MigrationError> {
+        let expected = record.len();
         let mut got = self.take_into(record);
-        while got < record.len() {
+        while got < expected {
             let rest = &mut record[got..];
             if rest.len() >= DIRECT_READ {
-                return read_record(stream, rest, counter, what).map_err(|error| match error {
-                    MigrationError::UnexpectedEnd {
-                        what, got: more, ..
-                    } => MigrationError::UnexpectedEnd {
-                        what,
-                        got: got + more,
-                        expected: record.len(),
-                    },
-                    other => other,
-                });
+                return read_record(stream, rest, counter, what)
+                    .map_err(|error| error.within(got, expected));
             }
-            self.fill(stream, counter, got, record.len(), what)?;
+            self.fill(stream, counter, got, expected, what)?;
             got += self.take_into(&mut record[got..]);
         }
         Ok(())
