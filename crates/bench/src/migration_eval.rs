@@ -132,7 +132,7 @@ fn run_one(
         .timeout(Duration::from_secs(config.churn_secs + 1800));
     let (mem_port, dev_port) = (free_port()?, free_port()?);
     let key = dir.join("migration.key");
-    let listen = if p.mover == Mover::Memvisor {
+    let listen = if matches!(p.mover, Mover::Memvisor | Mover::MemvisorPostCopy) {
         key_file(&key)?;
         Some(Listen {
             address: format!("127.0.0.1:{mem_port}"),
@@ -181,7 +181,12 @@ fn run_one(
 
     let started = Instant::now();
     let moved = match p.mover {
-        Mover::Memvisor => memvisor_migrate(config, &mut src, &dst, mem_port, dev_port, &key),
+        Mover::Memvisor => {
+            memvisor_migrate(config, &mut src, &dst, (mem_port, dev_port), &key, false)
+        }
+        Mover::MemvisorPostCopy => {
+            memvisor_migrate(config, &mut src, &dst, (mem_port, dev_port), &key, true)
+        }
         Mover::Qemu => qemu_migrate(config, &mut src, &mut dst, dev_port),
     };
     let completed_at = Instant::now();
@@ -284,9 +289,9 @@ fn memvisor_migrate(
     config: &MigrationEvalConfig,
     src: &mut MigrationEnd,
     dst: &MigrationEnd,
-    mem_port: u16,
-    dev_port: u16,
+    (mem_port, dev_port): (u16, u16),
     key: &Path,
+    post_copy: bool,
 ) -> Result<Moved, BenchError> {
     let pid = src.status()?.map(|s| s.pid).ok_or_else(|| {
         BenchError::bad(
@@ -317,6 +322,9 @@ fn memvisor_migrate(
         ]);
     if let Some(b) = config.memvisor_max_bandwidth {
         c.args(["--max-bandwidth", &b.to_string()]);
+    }
+    if post_copy {
+        c.arg("--post-copy");
     }
     let line = format!("{c:?}");
     let out = c.output().map_err(|e| BenchError::Command {

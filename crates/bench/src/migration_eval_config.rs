@@ -38,7 +38,11 @@ impl MigrationCase {
     /// This case's variants, memvisor first.
     pub fn variants(self) -> Vec<MigrationVariant> {
         match self {
-            Self::Virtualizing => vec![MigrationVariant::Memvisor, MigrationVariant::Naive],
+            Self::Virtualizing => vec![
+                MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPostCopy,
+                MigrationVariant::Naive,
+            ],
             Self::Devirtualizing => vec![
                 MigrationVariant::Memvisor,
                 MigrationVariant::NaiveMemvisor,
@@ -54,6 +58,8 @@ impl MigrationCase {
 pub enum MigrationVariant {
     /// `memvisor migrate` between two `memvisor run`s (QEMU moves device state only).
     Memvisor,
+    /// The same with `--post-copy`: the pages changed last follow after the switch-over.
+    MemvisorPostCopy,
     /// Virtualizing: QEMU's own precopy from a plain QEMU into a QEMU in a memory cgroup of
     /// the small budget, the kernel swapping.
     Naive,
@@ -70,6 +76,7 @@ impl MigrationVariant {
     pub fn name(self) -> &'static str {
         match self {
             Self::Memvisor => "memvisor",
+            Self::MemvisorPostCopy => "memvisor-post-copy",
             Self::Naive => "naive",
             Self::NaiveMemvisor => "naive-memvisor",
             Self::NaiveKernel => "naive-kernel",
@@ -80,6 +87,7 @@ impl MigrationVariant {
     pub fn parse(s: &str) -> Option<Self> {
         [
             Self::Memvisor,
+            Self::MemvisorPostCopy,
             Self::Naive,
             Self::NaiveMemvisor,
             Self::NaiveKernel,
@@ -112,6 +120,8 @@ pub enum Placement {
 pub enum Mover {
     /// `memvisor migrate` (pager to pager; QEMU with `x-ignore-shared`).
     Memvisor,
+    /// `memvisor migrate --post-copy`.
+    MemvisorPostCopy,
     /// QEMU's own precopy migration (`migrate` over QMP).
     Qemu,
 }
@@ -146,6 +156,7 @@ pub fn plan(
     use MigrationVariant::*;
     let (source, destination, mover) = match (case, variant) {
         (Virtualizing, Memvisor) => (whole, small, Mover::Memvisor),
+        (Virtualizing, MemvisorPostCopy) => (whole, small, Mover::MemvisorPostCopy),
         (Virtualizing, Naive) => (Placement::Plain, cgroup, Mover::Qemu),
         (Devirtualizing, Memvisor) => (small, whole, Mover::Memvisor),
         (Devirtualizing, NaiveMemvisor) => (small, Placement::Plain, Mover::Qemu),
@@ -264,6 +275,7 @@ mod tests {
         for case in [MigrationCase::Virtualizing, MigrationCase::Devirtualizing] {
             for v in [
                 MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPostCopy,
                 MigrationVariant::Naive,
                 MigrationVariant::NaiveMemvisor,
                 MigrationVariant::NaiveKernel,
@@ -305,7 +317,13 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_sizes_scale_with_quick() {
-        for v in ["memvisor", "naive", "naive-memvisor", "naive-kernel"] {
+        for v in [
+            "memvisor",
+            "memvisor-post-copy",
+            "naive",
+            "naive-memvisor",
+            "naive-kernel",
+        ] {
             assert_eq!(MigrationVariant::parse(v).unwrap().name(), v);
         }
         assert_eq!(

@@ -68,6 +68,8 @@ pub enum MigrateCommand {
         max_bandwidth: Option<u64>,
         /// Rounds end once a round's changes fit this long at the measured rate.
         downtime_limit_ms: u64,
+        /// The pages changed last follow after the switch-over.
+        post_copy: bool,
     },
     /// Send the last round and wait for the destination's acknowledgement.
     Finish,
@@ -208,6 +210,7 @@ fn respond_to(request: Result<Request, ControlError>, handler: &dyn ControlHandl
             key_file,
             max_bandwidth,
             downtime_limit_ms,
+            post_copy,
         }) => {
             let to = match MigrateRules.check(&to, &key_file, max_bandwidth, downtime_limit_ms) {
                 Ok(to) => to,
@@ -220,6 +223,7 @@ fn respond_to(request: Result<Request, ControlError>, handler: &dyn ControlHandl
                     key_file: key_file.into(),
                     max_bandwidth,
                     downtime_limit_ms,
+                    post_copy,
                 },
             )
         }

@@ -10,8 +10,9 @@ pub struct MigrationStatus {
     /// `source` (sends memory) or `destination` (receives it).
     pub role: String,
     /// `connecting`, `sending` (rounds run while the guest runs), `finishing` (the last
-    /// round, guest paused), `completed`, `failed`, `cancelled` (source); `listening`,
-    /// `receiving`, `completed` (destination).
+    /// round, guest paused), `post-copy` (post-copy only: the destination may run, the pages
+    /// changed last are being pushed), `completed`, `failed`, `cancelled` (source);
+    /// `listening`, `receiving`, `post-copy`, `completed` (destination).
     pub state: String,
     /// The other end's address.
     pub peer: String,
@@ -29,6 +30,13 @@ pub struct MigrationStatus {
     pub pages_to_memory: u64,
     /// Destination: pages written straight to swap.
     pub pages_to_swap: u64,
+    /// Post-copy: pages whose content is still at the source (named at the pause, sent after
+    /// the switch-over).
+    #[serde(default)]
+    pub remote_pages: u64,
+    /// Post-copy: pages that faults on the destination waited for and asked for first.
+    #[serde(default)]
+    pub wanted_pages: u64,
     /// Milliseconds since the migration started (or took until it ended).
     pub elapsed_ms: u64,
     /// Why it failed (set with state `failed`, or on the destination the last refused or

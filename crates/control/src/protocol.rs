@@ -72,6 +72,10 @@ pub enum Request {
         /// The rounds are over (converged) once what changed in one round fits this long at
         /// the measured rate.
         downtime_limit_ms: u64,
+        /// Post-copy: at the pause the pages changed last are only named; they follow after
+        /// the switch-over while the destination's guest runs.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        post_copy: bool,
     },
     /// Send the last round (the guest is paused) and wait for the destination's
     /// acknowledgement, in the background; the status shows `completed` when it arrived.
@@ -263,6 +267,14 @@ mod tests {
                 key_file: "/etc/memvisor/key".into(),
                 max_bandwidth: Some(1 << 30),
                 downtime_limit_ms: 300,
+                post_copy: false,
+            },
+            Request::Migrate {
+                to: "127.0.0.1:7070".into(),
+                key_file: "/etc/memvisor/key".into(),
+                max_bandwidth: None,
+                downtime_limit_ms: 30,
+                post_copy: true,
             },
             Request::MigrateFinish,
             Request::MigrateCancel,

@@ -68,6 +68,13 @@ pub struct MigrateArgs {
     /// Give up (cancelling cleanly) if the memory rounds have not converged by then.
     #[arg(long, value_name = "DURATION", default_value = "600s")]
     converge_timeout: String,
+    /// Post-copy: while the guest is paused, only name the pages changed since they were
+    /// sent; the destination's guest resumes at once and they follow, the ones it touches
+    /// first. Shorter pause; but once switched over, a lost connection or source leaves the
+    /// destination's guest waiting on the pages that did not arrive (the source guest stays
+    /// paused: the VM is lost, as with QEMU's post-copy).
+    #[arg(long)]
+    post_copy: bool,
 }
 
 /// Why `memvisor migrate` failed.
@@ -164,6 +171,7 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         key_file: key_text,
         max_bandwidth,
         downtime_limit_ms: downtime_ms,
+        post_copy: args.post_copy,
     })?;
     let mut run = Migration {
         control: &mut control,
@@ -171,6 +179,7 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         dst: &mut dst,
         was_running,
         qemu_started: false,
+        switched_over: false,
         last_print: Instant::now(),
     };
     match run.drive(&args.device_uri, converge_timeout) {
@@ -192,6 +201,9 @@ struct Migration<'a> {
     dst: &'a mut QmpClient,
     was_running: bool,
     qemu_started: bool,
+    /// Post-copy: `migrate-continue` was sent with pages still at the source; the
+    /// destination's guest may run, so nothing may be rolled back.
+    switched_over: bool,
     last_print: Instant,
 }
 
@@ -205,6 +217,9 @@ struct Summary {
     downtime_ms: Option<u64>,
     device_bytes: Option<u64>,
     destination_state: String,
+    /// Post-copy: pages named at the pause, and from `migrate-continue` until the last of
+    /// them arrived.
+    post_copy: Option<(u64, Duration)>,
 }
 
 impl Migration<'_> {
@@ -240,10 +255,16 @@ impl Migration<'_> {
         // 3. The last memory round, guest paused.
         let paused = Instant::now();
         self.control.migrate(&Request::MigrateFinish)?;
-        let memory = self.wait_memory(&["completed"], None, PAUSED_POLL)?;
+        // Post-copy: the pages changed last were named, not sent.
+        let mut memory = self.wait_memory(&["completed", "post-copy"], None, PAUSED_POLL)?;
         let last_round = paused.elapsed();
         // 4. Switch over.
         let continued = Instant::now();
+        // (The sender counted them as the last round's changes; its remote count falls as
+        // the push goes.)
+        let remote = (memory.state == "post-copy").then_some(memory.last_round_changed_pages);
+        // From here on the destination may run: a post-copy that fails cannot be undone.
+        self.switched_over = remote.is_some();
         self.src.migrate_continue("pre-switchover")?;
         let info = self.src.wait_migration_status_every(
             &["completed"],
@@ -262,6 +283,14 @@ impl Migration<'_> {
             self.dst.execute("cont", None)?;
             state = self.dst.query_status()?;
         }
+        // 5. Post-copy: the named pages follow while the destination runs.
+        let post_copy = match remote {
+            Some(named) => {
+                memory = self.wait_memory(&["completed"], None, POLL)?;
+                Some((named, continued.elapsed()))
+            }
+            None => None,
+        };
         Ok(Summary {
             memory,
             last_round,
@@ -269,6 +298,7 @@ impl Migration<'_> {
             downtime_ms: info.downtime_ms,
             device_bytes: info.ram_transferred,
             destination_state: state.status,
+            post_copy,
         })
     }
 
@@ -352,8 +382,17 @@ impl Migration<'_> {
     }
 
     /// After a failure: cancel both migrations (waiting, 30 s at most, until the source's
-    /// memory migration has stopped); the source guest runs again if it ran.
+    /// memory migration has stopped); the source guest runs again if it ran. Not after a
+    /// post-copy switch-over: the destination's guest may run, so the source guest must not,
+    /// and the push is left to finish if it still can.
     fn roll_back(&mut self) {
+        if self.switched_over {
+            eprintln!(
+                "memvisor: post-copy failed after the switch-over: the source guest stays \
+                 paused; the destination's guest waits on the pages that did not arrive"
+            );
+            return;
+        }
         if self.control.migrate(&Request::MigrateCancel).is_ok() {
             let until = Instant::now() + Duration::from_secs(30);
             while Instant::now() < until {
@@ -402,4 +441,12 @@ fn print_summary(s: &Summary, total: Duration) {
         m.last_round_changed_pages,
         s.switchover.as_millis()
     );
+    if let Some((named, took)) = s.post_copy {
+        println!(
+            "post-copy: {named} pages sent after the switch-over in {} ms ({} asked for by \
+             waiting faults)",
+            took.as_millis(),
+            m.wanted_pages
+        );
+    }
 }

@@ -166,7 +166,7 @@ mod tests {
         drop(ours);
         peer.join().unwrap();
         assert!(
-            matches!(error, MigrationError::Version { ours: 3, theirs: 4 }),
+            matches!(error, MigrationError::Version { ours: 4, theirs: 5 }),
             "{error}"
         );
     }

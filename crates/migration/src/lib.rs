@@ -64,6 +64,8 @@
 //! | 6 | `Finish` | empty |
 //! | 7 | `Done` | pages u64, bytes u64 |
 //! | 8 | `Abort` | reason length u16 (≤ 1024), reason UTF-8 |
+//! | 9 | `Remote` | region u32, runs u32 (1..=65,536), runs × (first page u64, pages u32 ≥ 1; ascending, not overlapping) |
+//! | 10 | `Want` | region u32, count u32 (1..=4096), count × page u64 |
 //!
 //! Decoding refuses trailing bytes, unknown types, short payloads, over-long strings, invalid
 //! UTF-8, counts that do not fit the payload, and `Pages` whose data fails a CRC32C
@@ -72,6 +74,12 @@
 //! A session: the source sends `Begin`, the destination answers `Ready`; the source sends
 //! rounds of `Pages` and `Zero` each closed by `RoundEnd`, then `Finish`; the destination
 //! answers `Done`. Either side may send `Abort` and close.
+//!
+//! Post-copy (protocol version 4): instead of the last round the source sends `Remote`
+//! messages naming the pages changed since they were sent, then `Finish`; after `Done` the
+//! destination's guest may run. The source then sends those pages (`Pages`, `Zero`) while the
+//! destination sends `Want` for the ones its faults wait on, and ends with `Finish`, answered
+//! by `Done` counting every page of the session.
 #![deny(missing_docs)]
 
 mod frame_header;
@@ -88,8 +96,11 @@ mod migration_progress;
 mod page_installer;
 mod page_runs;
 mod payload_reader;
+mod post_copy_receiver;
+mod push_plan;
 mod rate_limiter;
 mod read_ahead;
+mod readiness;
 mod receive_buffer;
 mod region_info;
 mod role;

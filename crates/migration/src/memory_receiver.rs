@@ -8,6 +8,11 @@
 //! bad MAC, an `Abort` from the source) leaves nothing behind: the regions are cleared again
 //! and the receiver listens for the next attempt, so a retry works. It returns once one
 //! migration completed (`Finish` answered with `Done`).
+//!
+//! Post-copy: `Remote` messages after the last round name pages whose content follows after
+//! the switch-over; they are marked remote in the pager (accesses wait), `Finish` is answered
+//! with `Done` at once, and [`receive_pushed`] takes the pushed pages. A failure from then on
+//! is final: the guest may run on this memory, so nothing is cleared and no retry is served.
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
 use crate::page_installer::{PageInstaller, ReceivedPages};
+use crate::post_copy_receiver::receive_pushed;
 use crate::role::Role;
 
 /// Time a connecting peer has to complete the handshake (a silent one holds the single
@@ -42,6 +48,8 @@ pub struct MemoryReceiver<'a> {
 enum Attempt {
     Completed,
     Failed(MigrationError),
+    /// Post-copy, after `Done` answered the pause: the guest may run on what arrived.
+    FailedAfterSwitchOver(MigrationError),
 }
 
 impl<'a> MemoryReceiver<'a> {
@@ -76,6 +84,19 @@ impl<'a> MemoryReceiver<'a> {
                 Attempt::Completed => {
                     self.progress.set_state("completed");
                     return Ok(());
+                }
+                Attempt::FailedAfterSwitchOver(e) => {
+                    // Nothing is cleared: the guest may run on this memory already.
+                    let e = MigrationError::Io {
+                        context: format!(
+                            "post-copy from {peer} failed after the switch-over ({} pages did \
+                             not arrive; accesses to them wait)",
+                            regions.iter().map(|r| r.remote_pages()).sum::<usize>()
+                        ),
+                        source: std::io::Error::other(e.to_string()),
+                    };
+                    self.progress.set_error(e.to_string(), true);
+                    return Err(e);
                 }
                 Attempt::Failed(e) => {
                     // Said first: the source already knows (its connection is closed), and
@@ -116,14 +137,26 @@ impl<'a> MemoryReceiver<'a> {
                 source,
             });
         }
+        let abort = |stream: &mut MemoryStream<TcpStream>, e: &MigrationError| {
+            if !matches!(e, MigrationError::PeerAborted { .. }) {
+                let _ = stream.send(&Message::Abort {
+                    reason: truncate(e.to_string(), crate::message::MAX_ABORT_REASON_LEN),
+                });
+            }
+        };
         match self.receive(&mut stream, regions) {
-            Ok(()) => Attempt::Completed,
-            Err(e) => {
-                if !matches!(e, MigrationError::PeerAborted { .. }) {
-                    let _ = stream.send(&Message::Abort {
-                        reason: truncate(e.to_string(), crate::message::MAX_ABORT_REASON_LEN),
-                    });
+            Ok(Received::Completed) => Attempt::Completed,
+            Ok(Received::SwitchedOver { counts }) => {
+                match receive_pushed(&mut stream, regions, self.progress, counts) {
+                    Ok(()) => Attempt::Completed,
+                    Err(e) => {
+                        abort(&mut stream, &e);
+                        Attempt::FailedAfterSwitchOver(e)
+                    }
                 }
+            }
+            Err(e) => {
+                abort(&mut stream, &e);
                 Attempt::Failed(e)
             }
         }
@@ -133,7 +166,7 @@ impl<'a> MemoryReceiver<'a> {
         &self,
         stream: &mut MemoryStream<TcpStream>,
         regions: &[Arc<Region>],
-    ) -> Result<(), MigrationError> {
+    ) -> Result<Received, MigrationError> {
         let infos = match stream.receive()? {
             Message::Begin { regions } => regions,
             Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
@@ -152,19 +185,28 @@ impl<'a> MemoryReceiver<'a> {
     }
 
     /// Receives the rounds after `Ready` until `Finish`, handing pages and discards to
-    /// `installer`; answers `Finish` with `Done` once everything is installed.
+    /// `installer`; answers `Finish` with `Done` once everything is installed. `Remote`
+    /// messages (post-copy) may follow the last round: the installs are finished first, then
+    /// the pages marked remote, and nothing but more `Remote` or `Finish` may follow.
     fn receive_rounds(
         &self,
         stream: &mut MemoryStream<TcpStream>,
         regions: &[Arc<Region>],
-        mut installer: PageInstaller<'_>,
-    ) -> Result<(), MigrationError> {
+        installer: PageInstaller<'_>,
+    ) -> Result<Received, MigrationError> {
         let (mut pages, mut bytes) = (0u64, 0u64);
+        let mut installer = Some(installer);
+        let mut remote = 0u64;
         loop {
             let message = stream.receive()?;
             self.progress
                 .set_wire_bytes(stream.bytes_sent() + stream.bytes_received());
             match message {
+                Message::Pages { .. } | Message::Zero { .. } | Message::RoundEnd { .. }
+                    if installer.is_none() =>
+                {
+                    return Err(unexpected("Remote or Finish", &message));
+                }
                 Message::Pages {
                     region,
                     page_size,
@@ -174,7 +216,7 @@ impl<'a> MemoryReceiver<'a> {
                 } => {
                     let r = region_at(regions, region)?;
                     let n = check_runs(r, &runs, page_size)?;
-                    installer.pages(r.clone(), runs, page_size, data)?;
+                    installing(&mut installer)?.pages(r.clone(), runs, page_size, data)?;
                     pages += n;
                     bytes += n * page_size as u64;
                     self.progress.add_pages(n);
@@ -187,27 +229,84 @@ impl<'a> MemoryReceiver<'a> {
                     let r = region_at(regions, region)?;
                     let pg = memvisor_pager::page_size() as u64;
                     let (offset, len) = page_range(r, first_page, n, pg)?;
-                    installer.discard(r.clone(), offset, len)?;
+                    installing(&mut installer)?.discard(r.clone(), offset, len)?;
                     pages += n;
                     self.progress.add_zero_pages(n);
                 }
                 Message::RoundEnd { .. } => {
-                    installer.flush()?;
+                    installing(&mut installer)?.flush()?;
                     self.progress.round_done();
+                }
+                Message::Remote { region, runs } => {
+                    let r = region_at(regions, region)?;
+                    let n = check_runs(r, &runs, memvisor_pager::page_size() as u32)?;
+                    // Every page sent before must be in place first: a later install of an
+                    // earlier round's copy would end the page's remote state with old data.
+                    if let Some(i) = installer.take() {
+                        i.finish()?;
+                    }
+                    r.mark_remote(chunk_pieces(r, &runs))?;
+                    remote += n;
+                    self.progress.set_remote_pages(remote);
                 }
                 Message::Finish => {
                     // Done acknowledges pages installed, not only received.
-                    installer.finish()?;
+                    if let Some(i) = installer.take() {
+                        i.finish()?;
+                    }
                     stream.send(&Message::Done { pages, bytes })?;
                     self.progress
                         .set_wire_bytes(stream.bytes_sent() + stream.bytes_received());
-                    return Ok(());
+                    return Ok(if remote == 0 {
+                        Received::Completed
+                    } else {
+                        Received::SwitchedOver {
+                            counts: (pages, bytes),
+                        }
+                    });
                 }
                 Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
                 other => return Err(unexpected("Pages, Zero, RoundEnd or Finish", &other)),
             }
         }
     }
+}
+
+/// The installer of the rounds, which `Remote` ends (the caller refuses round messages
+/// after it first).
+fn installing<'a, 'scope>(
+    installer: &'a mut Option<PageInstaller<'scope>>,
+) -> Result<&'a mut PageInstaller<'scope>, MigrationError> {
+    installer.as_mut().ok_or(MigrationError::Unexpected {
+        expected: "Remote or Finish",
+        got: "Pages, Zero or RoundEnd",
+    })
+}
+
+/// How the rounds ended.
+enum Received {
+    /// Everything arrived.
+    Completed,
+    /// Post-copy: the pause was acknowledged with pages still remote; the push follows.
+    SwitchedOver {
+        /// Pages and page bytes received so far.
+        counts: (u64, u64),
+    },
+}
+
+/// `runs` (checked to fit `r`) cut at `r`'s chunk boundaries, as (region page, count).
+pub(crate) fn chunk_pieces(r: &Region, runs: &[(u64, u32)]) -> Vec<(usize, usize)> {
+    let ppc = r.chunk_size() / memvisor_pager::page_size();
+    let mut pieces = Vec::with_capacity(runs.len());
+    for &(first, pages) in runs {
+        let (mut at, end) = (first as usize, first as usize + pages as usize);
+        while at < end {
+            let n = (ppc - at % ppc).min(end - at);
+            pieces.push((at, n));
+            at += n;
+        }
+    }
+    pieces
 }
 
 /// Refuses a source whose regions differ from ours in number, size or page size.
@@ -240,7 +339,10 @@ fn check_regions(
     Ok(())
 }
 
-fn region_at(regions: &[Arc<Region>], index: u32) -> Result<&Arc<Region>, MigrationError> {
+pub(crate) fn region_at(
+    regions: &[Arc<Region>],
+    index: u32,
+) -> Result<&Arc<Region>, MigrationError> {
     regions
         .get(index as usize)
         .ok_or_else(|| MigrationError::RegionMismatch {
@@ -252,7 +354,12 @@ fn region_at(regions: &[Arc<Region>], index: u32) -> Result<&Arc<Region>, Migrat
 }
 
 /// The byte range of `n` pages from `first` in `r`, refused if outside it.
-fn page_range(r: &Region, first: u64, n: u64, page: u64) -> Result<(usize, usize), MigrationError> {
+pub(crate) fn page_range(
+    r: &Region,
+    first: u64,
+    n: u64,
+    page: u64,
+) -> Result<(usize, usize), MigrationError> {
     let pages = r.len() as u64 / page;
     if first.checked_add(n).is_none_or(|end| end > pages) {
         return Err(MigrationError::RegionMismatch {
@@ -268,7 +375,11 @@ fn page_range(r: &Region, first: u64, n: u64, page: u64) -> Result<(usize, usize
 
 /// Checks that `runs` of `page_size`-byte pages fit region `r` and its page size; how many
 /// pages they hold.
-fn check_runs(r: &Region, runs: &[(u64, u32)], page_size: u32) -> Result<u64, MigrationError> {
+pub(crate) fn check_runs(
+    r: &Region,
+    runs: &[(u64, u32)],
+    page_size: u32,
+) -> Result<u64, MigrationError> {
     let pg = memvisor_pager::page_size();
     if page_size as usize != pg {
         return Err(MigrationError::RegionMismatch {
@@ -292,45 +403,50 @@ pub(crate) fn install(
     page_size: u32,
     progress: &MigrationProgress,
 ) -> Result<u64, MigrationError> {
-    let pg = page_size as usize;
-    let ppc = (r.chunk_size() / pg) as u64;
     let mut pieces = Vec::with_capacity(messages.len());
     let mut total = 0;
     for (runs, data) in messages {
-        let n = check_runs(r, &runs, page_size)?;
-        if n * pg as u64 != data.len() as u64 {
-            return Err(MigrationError::RegionMismatch {
-                reason: format!(
-                    "{} bytes of page data for {n} pages of {pg} bytes",
-                    data.len()
-                ),
-            });
-        }
+        let (n, chunked) = chunk_data(r, &runs, data, page_size)?;
         total += n;
-        if let [(first, pages)] = runs[..] {
-            if first % ppc + u64::from(pages) <= ppc {
-                // The usual case of round 0, one run in one chunk: the message's buffer goes
-                // to the pager as it is.
-                pieces.push((first as usize, data));
-                continue;
-            }
-        }
-        let mut rest: &[u8] = &data;
-        for (first, pages) in runs {
-            let (run, later) = rest.split_at(pages as usize * pg);
-            rest = later;
-            let mut at = first;
-            let mut run = run;
-            while !run.is_empty() {
-                let in_chunk = (ppc - at % ppc).min(run.len() as u64 / pg as u64);
-                let (now, after) = run.split_at(in_chunk as usize * pg);
-                pieces.push((at as usize, now.to_vec()));
-                at += in_chunk;
-                run = after;
-            }
-        }
+        pieces.extend(chunked);
     }
     let placed = r.install_runs(pieces)?;
     progress.add_placed(placed.in_memory as u64, placed.to_swap as u64);
     Ok(total)
+}
+
+/// Whole pages for the pager: (first region page, their bytes), inside one chunk.
+pub(crate) type ChunkData = (usize, Vec<u8>);
+
+/// One message's pages (`runs` and their `data`, whole pages of `page_size`), checked to fit
+/// `r`, cut at `r`'s chunk boundaries as (region page, data) for the pager; and how many pages.
+/// One run inside one chunk (round 0's usual case) keeps the message's buffer as it is.
+pub(crate) fn chunk_data(
+    r: &Region,
+    runs: &[(u64, u32)],
+    data: Vec<u8>,
+    page_size: u32,
+) -> Result<(u64, Vec<ChunkData>), MigrationError> {
+    let pg = page_size as usize;
+    let n = check_runs(r, runs, page_size)?;
+    if n * pg as u64 != data.len() as u64 {
+        return Err(MigrationError::RegionMismatch {
+            reason: format!(
+                "{} bytes of page data for {n} pages of {pg} bytes",
+                data.len()
+            ),
+        });
+    }
+    let pieces = chunk_pieces(r, runs);
+    if let [(first, _)] = pieces[..] {
+        return Ok((n, vec![(first, data)]));
+    }
+    let mut rest: &[u8] = &data;
+    let mut out = Vec::with_capacity(pieces.len());
+    for (first, count) in pieces {
+        let (now, later) = rest.split_at(count * pg);
+        out.push((first, now.to_vec()));
+        rest = later;
+    }
+    Ok((n, out))
 }

@@ -15,6 +15,14 @@
 //! 4. the last round, `Finish`, and the destination's `Done` acknowledging exactly the pages
 //!    sent.
 //!
+//! Post-copy ([`SenderOptions::post_copy`]) replaces the last round: the pages changed since
+//! they were sent are only named (`Remote`), so the pause does not grow with them; after `Done`
+//! (state `post-copy`) the VMM switches over and the destination's guest runs while this
+//! sender pushes those pages ([`PushPlan`]), the ones its faults wait for (`Want`) first, and
+//! ends with `Finish` and `Done` again. A failure after the switch-over cannot be undone: the
+//! destination's accesses to the pages that did not arrive keep waiting, this guest stays
+//! paused, and nothing is written anywhere twice.
+//!
 //! On any error, or [`SenderSignals::cancel`], the source sends `Abort` (if it still can) and
 //! stops tracking; its guest memory is untouched either way.
 
@@ -31,8 +39,10 @@ use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
 use crate::page_runs::union_runs;
+use crate::push_plan::PushPlan;
 use crate::rate_limiter::RateLimiter;
 use crate::read_ahead::ReadAhead;
+use crate::readiness::wait_readable;
 use crate::region_info::RegionInfo;
 use crate::role::Role;
 
@@ -59,6 +69,9 @@ pub struct SenderOptions {
     pub max_bandwidth: Option<u64>,
     /// Converged once one round's changes would go in this long.
     pub downtime_limit: Duration,
+    /// Post-copy: the last round names the changed pages instead of sending them, and they
+    /// follow after the switch-over (see the module documentation).
+    pub post_copy: bool,
 }
 
 /// What other threads tell a running sender.
@@ -225,11 +238,17 @@ impl<'a> MemorySender<'a> {
         let mut round = 1;
         // Per region, the pages a round had still to send when the guest paused.
         let mut unsent = vec![Vec::new(); self.regions.len()];
+        // Post-copy: per region, the pages named remote at the pause.
+        let mut remote = Vec::new();
         loop {
             self.check_cancel()?;
             let finishing = self.signals.finishing();
             if finishing {
                 self.progress.set_state("finishing");
+                if self.options.post_copy {
+                    remote = self.send_remote(&mut unsent)?;
+                    break;
+                }
             }
             let (changed, cut_short) = self.send_changes(round, &mut unsent, finishing)?;
             round += 1;
@@ -248,24 +267,113 @@ impl<'a> MemorySender<'a> {
                 self.signals.pause(CONVERGED_PAUSE);
             }
         }
+        self.finish_and_wait_done()?;
+        if remote.iter().all(|runs| runs.is_empty()) {
+            return Ok(());
+        }
+        self.progress.set_state("post-copy");
+        self.push_remote(remote)
+    }
+
+    /// Sends `Finish` and waits for the destination's `Done`, which must acknowledge every
+    /// page sent. `Want`s that come first (post-copy: faults on pages just sent) are dropped.
+    fn finish_and_wait_done(&mut self) -> Result<(), MigrationError> {
         self.stream.send(&Message::Finish)?;
         self.sync_wire_bytes();
-        match self.stream.receive()? {
-            Message::Done { pages, bytes }
-                if pages == self.pages_sent && bytes == self.bytes_sent =>
-            {
-                self.sync_wire_bytes();
-                Ok(())
-            }
-            Message::Done { pages, bytes } => Err(MigrationError::Incomplete {
-                sent_pages: self.pages_sent,
-                sent_bytes: self.bytes_sent,
-                acknowledged_pages: pages,
-                acknowledged_bytes: bytes,
-            }),
-            Message::Abort { reason } => Err(MigrationError::PeerAborted { reason }),
-            other => Err(unexpected("Done", &other)),
+        loop {
+            return match self.stream.receive()? {
+                Message::Done { pages, bytes }
+                    if pages == self.pages_sent && bytes == self.bytes_sent =>
+                {
+                    self.sync_wire_bytes();
+                    Ok(())
+                }
+                Message::Done { pages, bytes } => Err(MigrationError::Incomplete {
+                    sent_pages: self.pages_sent,
+                    sent_bytes: self.bytes_sent,
+                    acknowledged_pages: pages,
+                    acknowledged_bytes: bytes,
+                }),
+                Message::Want { .. } => continue,
+                Message::Abort { reason } => Err(MigrationError::PeerAborted { reason }),
+                other => Err(unexpected("Done", &other)),
+            };
         }
+    }
+
+    /// Post-copy, the guest paused: names every page changed since it was sent (and those a
+    /// round cut short had still to send) as `Remote`, instead of sending it. Returns them per
+    /// region.
+    fn send_remote(
+        &mut self,
+        unsent: &mut [Vec<(usize, usize)>],
+    ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
+        let mut remote = Vec::with_capacity(self.regions.len());
+        let mut named = 0u64;
+        for (ri, region) in self.regions.iter().enumerate() {
+            let taken = region.take_changed_pages()?;
+            let pages_per_chunk = region.chunk_size() / memvisor_pager::page_size();
+            let runs = union_runs(&std::mem::take(&mut unsent[ri]), &taken, pages_per_chunk);
+            for piece in runs.chunks(crate::message::MAX_REMOTE_RUNS) {
+                self.stream.queue(&Message::Remote {
+                    region: ri as u32,
+                    runs: piece.iter().map(|&(f, n)| (f as u64, n as u32)).collect(),
+                })?;
+            }
+            named += runs.iter().map(|r| r.1 as u64).sum::<u64>();
+            remote.push(runs);
+        }
+        self.progress.set_last_round_changed(named);
+        self.progress.set_remote_pages(named);
+        Ok(remote)
+    }
+
+    /// Post-copy, after the switch-over: sends the pages named remote, wanted ones first, each
+    /// once (zero ones as `Zero`), then `Finish`; the destination's `Done` acknowledges the
+    /// pages sent in all.
+    fn push_remote(&mut self, remote: Vec<Vec<(usize, usize)>>) -> Result<(), MigrationError> {
+        let page_size = memvisor_pager::page_size();
+        let region_pages: Vec<usize> = self.regions.iter().map(|r| r.len() / page_size).collect();
+        let pages_per_chunk: Vec<usize> = self
+            .regions
+            .iter()
+            .map(|r| r.chunk_size() / page_size)
+            .collect();
+        let mut plan = PushPlan::new(remote, &region_pages, &pages_per_chunk);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.stream.get_ref());
+        loop {
+            self.check_cancel()?;
+            // Wants that arrived meanwhile go first (never waiting for one).
+            while self.stream.has_buffered_input()
+                || wait_readable(&[fd], Duration::ZERO)
+                    .map_err(|source| MigrationError::Io {
+                        context: "polling the migration connection".into(),
+                        source,
+                    })?
+                    .contains(&true)
+            {
+                match self.stream.receive()? {
+                    Message::Want { region, pages } => {
+                        self.progress.add_wanted_pages(pages.len() as u64);
+                        for p in pages {
+                            plan.want(region as usize, p as usize);
+                        }
+                    }
+                    Message::Abort { reason } => {
+                        return Err(MigrationError::PeerAborted { reason })
+                    }
+                    other => return Err(unexpected("Want", &other)),
+                }
+            }
+            let Some((ri, runs)) = plan.next_batch(BATCH_PAGES, BATCH_RUNS) else {
+                break;
+            };
+            let read = self.regions[ri].read_runs_for_migration(runs)?;
+            self.send_reads(ri, read, true)?;
+            self.stream.flush()?;
+            self.progress.set_remote_pages(plan.left() as u64);
+        }
+        self.finish_and_wait_done()
     }
 
     fn check_cancel(&self) -> Result<(), MigrationError> {

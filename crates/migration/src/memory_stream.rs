@@ -163,6 +163,12 @@ impl<S: Read + Write> MemoryStream<S> {
         result
     }
 
+    /// Whether bytes of the next frame were received already (read from the stream into the
+    /// receive buffer): [`receive`](Self::receive) needs no `poll` of the stream to start.
+    pub fn has_buffered_input(&self) -> bool {
+        self.read_ahead.buffered() > 0
+    }
+
     /// The underlying stream.
     pub fn get_ref(&self) -> &S {
         &self.stream

@@ -14,8 +14,12 @@ pub const MAX_PAGES_PAGE_SIZE: u32 = 2 * 1024 * 1024;
 pub const MAX_ABORT_REASON_LEN: usize = 1024;
 /// Bytes of a `Pages` payload before its runs: region, page size, run count, page count.
 pub(crate) const PAGES_FIELDS_LEN: usize = 4 + 4 + 4 + 4;
-/// Bytes of one run in a `Pages` payload: first page (u64), page count (u32).
+/// Bytes of one run in a `Pages` or `Remote` payload: first page (u64), page count (u32).
 const RUN_LEN: usize = 8 + 4;
+/// Most runs in one `Remote` message.
+pub const MAX_REMOTE_RUNS: usize = 65_536;
+/// Most pages in one `Want` message.
+pub const MAX_WANT_PAGES: usize = 4096;
 
 /// One message of the migration stream. Payloads are little-endian with explicit lengths; see
 /// the crate documentation for the layouts.
@@ -75,6 +79,24 @@ pub enum Message {
         /// Why, at most [`MAX_ABORT_REASON_LEN`] bytes of UTF-8.
         reason: String,
     },
+    /// Source → destination, post-copy, while the guest is paused: these pages changed since
+    /// they were sent and their content follows after the switch-over; until it comes, the
+    /// destination's accesses to them wait.
+    Remote {
+        /// The region's index in `Begin`.
+        region: u32,
+        /// The runs `(first page, page count)`: as in `Pages` (at least one, each of at
+        /// least one page, ascending, not overlapping), at most [`MAX_REMOTE_RUNS`].
+        runs: Vec<(u64, u32)>,
+    },
+    /// Destination → source, post-copy: accesses wait for these remote pages; send them
+    /// first.
+    Want {
+        /// The region's index in `Begin`.
+        region: u32,
+        /// Page numbers, at least one and at most [`MAX_WANT_PAGES`], in any order.
+        pages: Vec<u64>,
+    },
 }
 
 impl Message {
@@ -113,6 +135,8 @@ impl Message {
             Message::Finish => MessageKind::Finish,
             Message::Done { .. } => MessageKind::Done,
             Message::Abort { .. } => MessageKind::Abort,
+            Message::Remote { .. } => MessageKind::Remote,
+            Message::Want { .. } => MessageKind::Want,
         }
     }
 
@@ -173,6 +197,28 @@ impl Message {
                 "reason is {} bytes long, over the {MAX_ABORT_REASON_LEN}-byte limit",
                 reason.len()
             )),
+            Message::Remote { runs, .. } => {
+                if runs.len() > MAX_REMOTE_RUNS {
+                    Some(format!(
+                        "{} runs, over the limit of {MAX_REMOTE_RUNS}",
+                        runs.len()
+                    ))
+                } else {
+                    runs_problem(runs, 1).err()
+                }
+            }
+            Message::Want { pages, .. } => {
+                if pages.is_empty() {
+                    Some("names no pages".into())
+                } else if pages.len() > MAX_WANT_PAGES {
+                    Some(format!(
+                        "{} pages, over the limit of {MAX_WANT_PAGES}",
+                        pages.len()
+                    ))
+                } else {
+                    None
+                }
+            }
             _ => None,
         }
     }
@@ -192,34 +238,10 @@ fn pages_problem(
              {MAX_PAGES_PAGE_SIZE}"
         ));
     }
-    if runs.is_empty() {
-        return Some("has no runs of pages".into());
-    }
-    let mut pages_in_runs = 0u64;
-    let mut previous_end = 0u64;
-    for (index, &(first, pages)) in runs.iter().enumerate() {
-        if pages == 0 {
-            return Some(format!("run {index} (from page {first}) covers no pages"));
-        }
-        if index > 0 && first < previous_end {
-            return Some(format!(
-                "run {index} starts at page {first}, before the end of the run before it \
-                 (page {previous_end}): runs must ascend without overlapping"
-            ));
-        }
-        let end = first.checked_add(u64::from(pages));
-        if end
-            .and_then(|end| end.checked_mul(u64::from(page_size)))
-            .is_none()
-        {
-            return Some(format!(
-                "run {index}, pages {first}..+{pages} of {page_size} bytes, ends past the \
-                 largest byte offset"
-            ));
-        }
-        previous_end = end.unwrap_or(u64::MAX);
-        pages_in_runs += u64::from(pages);
-    }
+    let pages_in_runs = match runs_problem(runs, page_size) {
+        Ok(pages) => pages,
+        Err(problem) => return Some(problem),
+    };
     let count = count as u64;
     if pages_in_runs != count {
         return Some(format!(
@@ -243,6 +265,41 @@ fn pages_problem(
         ));
     }
     None
+}
+
+/// Which rule of runs of pages `runs` (of `page_size` bytes) break: at least one run, each of
+/// at least one page, ascending without overlapping, ending inside the byte range of a u64.
+/// How many pages they hold if none.
+fn runs_problem(runs: &[(u64, u32)], page_size: u32) -> Result<u64, String> {
+    if runs.is_empty() {
+        return Err("has no runs of pages".into());
+    }
+    let mut pages_in_runs = 0u64;
+    let mut previous_end = 0u64;
+    for (index, &(first, pages)) in runs.iter().enumerate() {
+        if pages == 0 {
+            return Err(format!("run {index} (from page {first}) covers no pages"));
+        }
+        if index > 0 && first < previous_end {
+            return Err(format!(
+                "run {index} starts at page {first}, before the end of the run before it \
+                 (page {previous_end}): runs must ascend without overlapping"
+            ));
+        }
+        let end = first.checked_add(u64::from(pages));
+        if end
+            .and_then(|end| end.checked_mul(u64::from(page_size)))
+            .is_none()
+        {
+            return Err(format!(
+                "run {index}, pages {first}..+{pages} of {page_size} bytes, ends past the \
+                 largest byte offset"
+            ));
+        }
+        previous_end = end.unwrap_or(u64::MAX);
+        pages_in_runs += u64::from(pages);
+    }
+    Ok(pages_in_runs)
 }
 
 /// Encodes a message's payload. This does not check the message rules ([`Message::validate`]
@@ -312,6 +369,23 @@ pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -
             out.extend_from_slice(&bytes.to_le_bytes());
         }
         Message::Abort { reason } => put_string(out, reason),
+        Message::Remote { region, runs } => {
+            out.reserve(8 + RUN_LEN * runs.len());
+            out.extend_from_slice(&region.to_le_bytes());
+            out.extend_from_slice(&saturating_u32(runs.len()).to_le_bytes());
+            for (first, pages) in runs {
+                out.extend_from_slice(&first.to_le_bytes());
+                out.extend_from_slice(&pages.to_le_bytes());
+            }
+        }
+        Message::Want { region, pages } => {
+            out.reserve(8 + 8 * pages.len());
+            out.extend_from_slice(&region.to_le_bytes());
+            out.extend_from_slice(&saturating_u32(pages.len()).to_le_bytes());
+            for page in pages {
+                out.extend_from_slice(&page.to_le_bytes());
+            }
+        }
     }
     &[]
 }
@@ -370,6 +444,8 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Message, MigrationErro
         MessageKind::Abort => Message::Abort {
             reason: reader.string(MAX_ABORT_REASON_LEN, "reason")?,
         },
+        MessageKind::Remote => decode_remote(&mut reader)?,
+        MessageKind::Want => decode_want(&mut reader)?,
     };
     if let Some(problem) = message.problem() {
         return Err(reader.malformed(problem));
@@ -399,6 +475,63 @@ fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
         });
     }
     Ok(Message::Begin { regions })
+}
+
+/// Reads `count` items of `item_len` bytes each from `reader` after checking that they are
+/// all there (before allocating for them); `limit`: most items allowed.
+fn counted_items<'a>(
+    reader: &mut PayloadReader<'a>,
+    item_len: usize,
+    limit: usize,
+    what: &str,
+) -> Result<std::slice::ChunksExact<'a, u8>, MigrationError> {
+    let count_offset = reader.offset();
+    let count = reader.u32(&format!("{what} count"))? as usize;
+    if count > limit {
+        return Err(reader.malformed(format!(
+            "{what} count {count} at byte offset {count_offset} is over the limit of {limit}"
+        )));
+    }
+    if count * item_len != reader.remaining() {
+        return Err(reader.malformed(format!(
+            "{what} count {count} at byte offset {count_offset} needs {} bytes, but {} follow",
+            count * item_len,
+            reader.remaining()
+        )));
+    }
+    Ok(reader.take(count * item_len, what)?.chunks_exact(item_len))
+}
+
+/// One run's [`RUN_LEN`] bytes: first page (u64 LE), page count (u32 LE).
+fn decode_run(run: &[u8]) -> (u64, u32) {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&run[..8]);
+    (
+        u64::from_le_bytes(first),
+        u32::from_le_bytes([run[8], run[9], run[10], run[11]]),
+    )
+}
+
+/// Decodes a `Remote` payload.
+fn decode_remote(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let region = reader.u32("region")?;
+    let runs = counted_items(reader, RUN_LEN, MAX_REMOTE_RUNS, "run")?
+        .map(decode_run)
+        .collect();
+    Ok(Message::Remote { region, runs })
+}
+
+/// Decodes a `Want` payload.
+fn decode_want(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let region = reader.u32("region")?;
+    let pages = counted_items(reader, 8, MAX_WANT_PAGES, "page")?
+        .map(|page| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(page);
+            u64::from_le_bytes(bytes)
+        })
+        .collect();
+    Ok(Message::Want { region, pages })
 }
 
 /// A `Pages` message's fields before its data: region, page size, runs, checksums.
@@ -463,17 +596,7 @@ fn decode_pages_fields(
         )));
     }
     let run_bytes = reader.take(RUN_LEN * run_count as usize, "runs")?;
-    let runs = run_bytes
-        .chunks_exact(RUN_LEN)
-        .map(|run| {
-            let mut first = [0u8; 8];
-            first.copy_from_slice(&run[..8]);
-            (
-                u64::from_le_bytes(first),
-                u32::from_le_bytes([run[8], run[9], run[10], run[11]]),
-            )
-        })
-        .collect();
+    let runs = run_bytes.chunks_exact(RUN_LEN).map(decode_run).collect();
     let crc_bytes = reader.take(4 * count as usize, "checksums")?;
     let crcs = crc_bytes
         .chunks_exact(4)
@@ -588,6 +711,21 @@ impl fmt::Debug for Message {
                 .field("bytes", bytes)
                 .finish(),
             Message::Abort { reason } => f.debug_struct("Abort").field("reason", reason).finish(),
+            Message::Remote { region, runs } => f
+                .debug_struct("Remote")
+                .field("region", region)
+                .field("runs", &DebugRuns(runs))
+                .finish(),
+            Message::Want { region, pages } => {
+                let mut s = f.debug_struct("Want");
+                s.field("region", region);
+                if pages.len() <= 4 {
+                    s.field("pages", pages);
+                } else {
+                    s.field("pages", &format_args!("<{} pages>", pages.len()));
+                }
+                s.finish()
+            }
         }
     }
 }
@@ -653,6 +791,14 @@ mod tests {
             },
             Message::Abort {
                 reason: String::new(),
+            },
+            Message::Remote {
+                region: 1,
+                runs: vec![(0, 3), (9, 1), (1 << 40, 7)],
+            },
+            Message::Want {
+                region: 0,
+                pages: vec![12, 3, 12],
             },
         ]
     }
@@ -776,8 +922,8 @@ mod tests {
             Err(MigrationError::UnknownKind { kind: 0 })
         ));
         assert!(matches!(
-            decode_payload(9, &[]),
-            Err(MigrationError::UnknownKind { kind: 9 })
+            decode_payload(11, &[]),
+            Err(MigrationError::UnknownKind { kind: 11 })
         ));
         let error = decode_payload(MessageKind::Ready.to_byte(), &[0]).unwrap_err();
         assert!(error.to_string().contains("1 trailing bytes"), "{error}");
@@ -861,6 +1007,34 @@ mod tests {
             },
             Message::Abort {
                 reason: "x".repeat(1025),
+            },
+            Message::Remote {
+                region: 0,
+                runs: vec![],
+            },
+            Message::Remote {
+                region: 0,
+                runs: vec![(4, 2), (5, 1)],
+            },
+            Message::Remote {
+                region: 0,
+                runs: vec![(4, 0)],
+            },
+            Message::Remote {
+                region: 0,
+                runs: vec![(u64::MAX, 1)],
+            },
+            Message::Remote {
+                region: 0,
+                runs: (0..=MAX_REMOTE_RUNS as u64).map(|i| (2 * i, 1)).collect(),
+            },
+            Message::Want {
+                region: 0,
+                pages: vec![],
+            },
+            Message::Want {
+                region: 0,
+                pages: vec![1; MAX_WANT_PAGES + 1],
             },
             Message::Begin {
                 regions: vec![

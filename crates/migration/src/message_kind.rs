@@ -20,11 +20,15 @@ pub enum MessageKind {
     Done = 7,
     /// [`crate::Message::Abort`].
     Abort = 8,
+    /// [`crate::Message::Remote`].
+    Remote = 9,
+    /// [`crate::Message::Want`].
+    Want = 10,
 }
 
 impl MessageKind {
     /// Every kind, in type-byte order.
-    pub const ALL: [MessageKind; 8] = [
+    pub const ALL: [MessageKind; 10] = [
         MessageKind::Begin,
         MessageKind::Ready,
         MessageKind::Pages,
@@ -33,6 +37,8 @@ impl MessageKind {
         MessageKind::Finish,
         MessageKind::Done,
         MessageKind::Abort,
+        MessageKind::Remote,
+        MessageKind::Want,
     ];
 
     /// The kind a type byte names, if any.
@@ -46,6 +52,8 @@ impl MessageKind {
             6 => Some(MessageKind::Finish),
             7 => Some(MessageKind::Done),
             8 => Some(MessageKind::Abort),
+            9 => Some(MessageKind::Remote),
+            10 => Some(MessageKind::Want),
             _ => None,
         }
     }
@@ -66,6 +74,8 @@ impl MessageKind {
             MessageKind::Finish => "Finish",
             MessageKind::Done => "Done",
             MessageKind::Abort => "Abort",
+            MessageKind::Remote => "Remote",
+            MessageKind::Want => "Want",
         }
     }
 

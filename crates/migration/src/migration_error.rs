@@ -218,6 +218,16 @@ pub enum MigrationError {
         acknowledged_bytes: u64,
     },
 
+    /// Post-copy: the source finished its push with pages still remote here.
+    #[error(
+        "the source finished with {left} pages never sent after the switch-over; accesses to \
+         them wait"
+    )]
+    RemoteLeft {
+        /// Pages still remote.
+        left: usize,
+    },
+
     /// The migration was cancelled on this side.
     #[error("cancelled")]
     Cancelled,

@@ -26,6 +26,8 @@ pub struct MigrationProgress {
     last_round_changed_pages: AtomicU64,
     pages_to_memory: AtomicU64,
     pages_to_swap: AtomicU64,
+    remote_pages: AtomicU64,
+    wanted_pages: AtomicU64,
 }
 
 impl MigrationProgress {
@@ -44,6 +46,8 @@ impl MigrationProgress {
             last_round_changed_pages: AtomicU64::new(0),
             pages_to_memory: AtomicU64::new(0),
             pages_to_swap: AtomicU64::new(0),
+            remote_pages: AtomicU64::new(0),
+            wanted_pages: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +112,16 @@ impl MigrationProgress {
         self.last_round_changed_pages.store(n, Ordering::Relaxed);
     }
 
+    /// Post-copy: pages whose content has not crossed yet.
+    pub fn set_remote_pages(&self, n: u64) {
+        self.remote_pages.store(n, Ordering::Relaxed);
+    }
+
+    /// Post-copy: `n` more pages were asked for by faults waiting on the destination.
+    pub fn add_wanted_pages(&self, n: u64) {
+        self.wanted_pages.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Destination: where installed pages went.
     pub fn add_placed(&self, to_memory: u64, to_swap: u64) {
         self.pages_to_memory.fetch_add(to_memory, Ordering::Relaxed);
@@ -123,6 +137,8 @@ impl MigrationProgress {
             &self.last_round_changed_pages,
             &self.pages_to_memory,
             &self.pages_to_swap,
+            &self.remote_pages,
+            &self.wanted_pages,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -148,6 +164,8 @@ impl MigrationProgress {
             last_round_changed_pages: self.last_round_changed_pages.load(Ordering::Relaxed),
             pages_to_memory: self.pages_to_memory.load(Ordering::Relaxed),
             pages_to_swap: self.pages_to_swap.load(Ordering::Relaxed),
+            remote_pages: self.remote_pages.load(Ordering::Relaxed),
+            wanted_pages: self.wanted_pages.load(Ordering::Relaxed),
             elapsed_ms: if ended > 0 {
                 ended
             } else {

@@ -87,6 +87,11 @@ impl ReceiveBuffer {
     }
 
     /// Copies buffered bytes into the start of `out`; returns how many.
+    /// Bytes received and not consumed yet.
+    pub(crate) fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
     fn take_into(&mut self, out: &mut [u8]) -> usize {
         let n = out.len().min(self.end - self.start);
         out[..n].copy_from_slice(&self.bytes[self.start..self.start + n]);

@@ -2,7 +2,8 @@
 //! pager regions in this process: a writer thread keeps changing the source while rounds run,
 //! the sender converges, is told to finish once the writer stopped (as a paused guest), and the
 //! destination then holds every byte; a region mismatch, a wrong key and a cancel fail cleanly
-//! and the receiver takes the next attempt.
+//! and the receiver takes the next attempt. Post-copy: the destination is read and written
+//! while the last pages arrive, and a source lost after the switch-over leaves it as it was.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,9 @@ impl Xorshift {
     }
 }
 
+/// A receiver's thread: its result once it served one migration (or failed for good).
+type ReceiverThread = std::thread::JoinHandle<Result<(), memvisor_migration::MigrationError>>;
+
 /// A receiver serving `listener` into `regions` on a thread; its progress.
 fn serve(
     listener: TcpListener,
@@ -85,6 +89,49 @@ fn listener() -> (TcpListener, SocketAddr) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
     (l, a)
+}
+
+/// Writes a page of `seed`-derived bytes to each page `p` of `r` for which `keep(p)` holds.
+fn fill(r: &Region, seed: u64, keep: impl Fn(usize) -> bool) {
+    let ps = page_size();
+    let mut rng = Xorshift(seed);
+    for p in (0..r.len() / ps).filter(|&p| keep(p)) {
+        write(r, p * ps, &rng.next().to_le_bytes().repeat(ps / 8));
+    }
+}
+
+/// A key of `key_byte`s and a receiver serving it into `dst` on a fresh address: the key,
+/// the address, the receiver's progress and thread.
+fn destination(
+    key_byte: u8,
+    dst: &Arc<Region>,
+) -> (
+    MigrationKey,
+    SocketAddr,
+    Arc<MigrationProgress>,
+    ReceiverThread,
+) {
+    let key = MigrationKey::from_bytes(&[key_byte; 32]).unwrap();
+    let (l, addr) = listener();
+    let (progress, receiver) = serve(l, key.clone(), vec![dst.clone()]);
+    (key, addr, progress, receiver)
+}
+
+/// Rewrites 8 random bytes of a random page of `r` every 50 µs (discarding the page instead
+/// when its number is a multiple of `discard_every`) while `writing` holds: a guest at work.
+fn churn(r: &Region, seed: u64, discard_every: usize, writing: &AtomicBool) {
+    let ps = page_size();
+    let pages = r.len() / ps;
+    let mut rng = Xorshift(seed);
+    while writing.load(Ordering::Relaxed) {
+        let p = (rng.next() as usize) % pages;
+        let at = (rng.next() as usize) % (ps - 8);
+        write(r, p * ps + at, &rng.next().to_le_bytes());
+        if p % discard_every == 0 {
+            r.discard(p * ps, ps).unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// Runs the source end for `src` to `addr` with [`options`] until it completes.
@@ -111,6 +158,7 @@ fn options() -> SenderOptions {
     SenderOptions {
         max_bandwidth: None,
         downtime_limit: Duration::from_millis(300),
+        post_copy: false,
     }
 }
 
@@ -119,35 +167,17 @@ fn a_changing_region_arrives_whole_in_a_smaller_budget() {
     if !supported() {
         return;
     }
-    let ps = page_size();
     let dir = tempfile::tempdir().unwrap();
     let chunks = 64;
     let src = region(&dir, chunks, 8);
     let dst = region(&dir, chunks, 4);
-    let pages = src.len() / ps;
-    let mut rng = Xorshift(0x9e37_79b9);
-    for p in (0..pages).filter(|p| p % 5 != 0) {
-        write(&src, p * ps, &rng.next().to_le_bytes().repeat(ps / 8));
-    }
-    let key = MigrationKey::from_bytes(&[7; 32]).unwrap();
-    let (l, addr) = listener();
-    let (dst_progress, receiver) = serve(l, key.clone(), vec![dst.clone()]);
+    fill(&src, 0x9e37_79b9, |p| p % 5 != 0);
+    let (key, addr, dst_progress, receiver) = destination(7, &dst);
     let signals = SenderSignals::default();
     let progress = MigrationProgress::new(Role::Source, "connecting");
     let writing = AtomicBool::new(true);
     std::thread::scope(|s| {
-        let writer = s.spawn(|| {
-            let mut rng = Xorshift(42);
-            while writing.load(Ordering::Relaxed) {
-                let p = (rng.next() as usize) % pages;
-                let at = (rng.next() as usize) % (ps - 8);
-                write(&src, p * ps + at, &rng.next().to_le_bytes());
-                if p % 7 == 0 {
-                    src.discard(p * ps, ps).unwrap();
-                }
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        });
+        let writer = s.spawn(|| churn(&src, 42, 7, &writing));
         let control = s.spawn(|| {
             // Let a few rounds run while the writer changes pages, then "pause the guest".
             let start = Instant::now();
@@ -431,4 +461,174 @@ fn changes_in_a_second_region_arrive() {
     for (n, (src, dst)) in sources.iter().zip(&destinations).enumerate() {
         assert!(contents(dst) == contents(src), "region {n} arrived whole");
     }
+}
+
+/// Post-copy over a slow link: the pages changed last are named at the pause, the
+/// destination's "guest" runs at once and reads every page (waiting on the remote ones, which
+/// it asks for) and writes some, and in the end it holds the source's bytes plus its own
+/// writes.
+#[test]
+fn post_copy_serves_the_destination_while_the_pages_arrive() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    // 8 MiB at 16 MiB/s: the push outlasts the limiter's burst (one largest frame, 4 MiB).
+    let chunks = 256;
+    let src = region(&dir, chunks, 32);
+    let dst = region(&dir, chunks, 16);
+    let pages = src.len() / ps;
+    fill(&src, 0x51ed_270b, |p| p % 5 != 0);
+    let (key, addr, dst_progress, receiver) = destination(9, &dst);
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let writing = AtomicBool::new(true);
+    let options = SenderOptions {
+        // Slow enough that the destination finds pages still remote.
+        max_bandwidth: Some(16 << 20),
+        downtime_limit: Duration::from_millis(300),
+        post_copy: true,
+    };
+    let mut expected = Vec::new();
+    let mut guest_writes = Vec::new();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| churn(&src, 77, 11, &writing));
+        let guest = s.spawn(|| {
+            let start = Instant::now();
+            while progress.status().rounds < 3 && start.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            writing.store(false, Ordering::Relaxed);
+            writer.join().unwrap();
+            // The guest's last moments change every page: all of them go after the pause.
+            for p in 0..pages {
+                write(&src, p * ps + 8, &(p as u64 + 1).to_le_bytes());
+            }
+            // The source is paused from here on: its memory is what must arrive.
+            let final_source = contents(&src);
+            signals.finish();
+            while progress.status().state != "post-copy" {
+                assert!(!progress.status().is_over(), "{:?}", progress.status());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Switched over: the destination's guest runs, pages still arriving.
+            let remote_at_start = dst.remote_pages();
+            let mut rng = Xorshift(5);
+            let mut writes = Vec::new();
+            let mut page = vec![0u8; ps];
+            for i in 0..pages {
+                let p = (i * 37) % pages;
+                // SAFETY: inside the live region; the receiver only installs remote pages,
+                // which this read waits for.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(dst.as_ptr().add(p * ps), page.as_mut_ptr(), ps)
+                };
+                assert!(
+                    page == final_source[p * ps..(p + 1) * ps],
+                    "destination page {p} read during post-copy"
+                );
+                if i % 9 == 0 {
+                    let v = rng.next().to_le_bytes();
+                    write(&dst, p * ps + 16, &v);
+                    writes.push((p * ps + 16, v));
+                }
+            }
+            (final_source, writes, remote_at_start)
+        });
+        MemorySender::run(
+            std::slice::from_ref(&src),
+            addr,
+            &key,
+            options,
+            &signals,
+            &progress,
+            no_thread_start,
+        )
+        .unwrap();
+        let (final_source, writes, remote_at_start) = guest.join().unwrap();
+        expected = final_source;
+        guest_writes = writes;
+        assert!(remote_at_start > 0, "pages were remote at the switch-over");
+    });
+    receiver.join().unwrap().unwrap();
+    let s = progress.status();
+    let d = dst_progress.status();
+    assert_eq!(
+        (s.state.as_str(), d.state.as_str()),
+        ("completed", "completed")
+    );
+    assert_eq!(s.pages + s.zero_pages, d.pages + d.zero_pages);
+    assert!(s.wanted_pages > 0 && d.wanted_pages > 0, "{s:?} {d:?}");
+    assert_eq!(dst.remote_pages(), 0);
+    assert!(dst.remote_faults() > 0);
+    for (at, v) in guest_writes {
+        expected[at..at + 8].copy_from_slice(&v);
+    }
+    assert!(
+        contents(&dst) == expected,
+        "the destination holds the source's bytes and its own writes"
+    );
+}
+
+/// A post-copy source cancelled after the switch-over: the destination reports the failure
+/// and keeps what it has (its guest may run on it); the pages that did not arrive stay
+/// remote, and the receiver does not listen for a retry.
+#[test]
+fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let src = region(&dir, 256, 32);
+    let dst = region(&dir, 256, 16);
+    let pages = src.len() / ps;
+    fill(&src, 3, |_| true);
+    let (key, addr, dst_progress, receiver) = destination(4, &dst);
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let options = SenderOptions {
+        max_bandwidth: Some(16 << 20),
+        downtime_limit: Duration::from_secs(10),
+        post_copy: true,
+    };
+    let result = std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            while progress.status().state != "converged"
+                && start.elapsed() < Duration::from_secs(30)
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Every page changes while paused-to-be: all of them go after the switch-over.
+            for p in 0..pages {
+                write(&src, p * ps, &[0xAB; 8]);
+            }
+            signals.finish();
+            while progress.status().state != "post-copy" && !progress.status().is_over() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            signals.cancel();
+        });
+        MemorySender::run(
+            std::slice::from_ref(&src),
+            addr,
+            &key,
+            options,
+            &signals,
+            &progress,
+            no_thread_start,
+        )
+    });
+    assert!(result.is_err(), "the source was cancelled");
+    let error = receiver.join().unwrap().unwrap_err().to_string();
+    assert!(error.contains("after the switch-over"), "{error}");
+    let d = dst_progress.status();
+    assert_eq!(d.state, "failed", "{d:?}");
+    let left = dst.remote_pages();
+    assert!(left > 0 && left < pages, "{left} of {pages} pages remote");
+    // What arrived stayed: not cleared for a retry.
+    assert!(dst.stats().resident_pages > 0);
 }

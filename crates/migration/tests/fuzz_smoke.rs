@@ -66,6 +66,14 @@ fn seeds() -> Vec<Vec<u8>> {
         Message::Abort {
             reason: "disk full".into(),
         },
+        Message::Remote {
+            region: 0,
+            runs: vec![(1, 2), (9, 1)],
+        },
+        Message::Want {
+            region: 1,
+            pages: vec![5, 3],
+        },
     ];
     messages
         .iter()

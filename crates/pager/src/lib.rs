@@ -66,6 +66,7 @@ mod region_command;
 mod region_config;
 mod region_migration;
 mod region_stats;
+mod remote_pages;
 mod residency_hint;
 mod straddled_drops;
 mod swap_file;

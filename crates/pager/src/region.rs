@@ -21,6 +21,7 @@ use crate::refault_curve::{RefaultCounters, RefaultCurve};
 use crate::region_command::{CommandQueue, RegionCommand};
 use crate::region_config::{PageOut, RegionConfig, ResolveMode};
 use crate::region_stats::RegionStats;
+use crate::remote_pages::RemotePages;
 use crate::residency_hint::ResidencyHint;
 use crate::thread_start_hook::spawn_pager_thread;
 use crate::userfaultfd::{features, RegisterMode, Userfaultfd};
@@ -42,7 +43,7 @@ const DIRTY_FEATURES: u64 =
 /// must make sure no thread still uses the memory then.
 #[derive(Debug)]
 pub struct Region {
-    shared: Arc<HandlerShared>,
+    pub(crate) shared: Arc<HandlerShared>,
     handler: Option<JoinHandle<()>>,
     mapping: Mapping,
     size: usize,
@@ -167,6 +168,7 @@ impl Region {
             budget_chunks: AtomicUsize::new(budget_chunks),
             policy: Mutex::new(config.policy.to_string()),
             residency: Arc::new(ResidencyHint::new(len / page_size())),
+            remote: RemotePages::new(EventFd::new().map_err(mem_err("eventfd"))?),
             running: Mutex::new(false),
             started: Condvar::new(),
         });

@@ -63,11 +63,16 @@ pub(crate) enum MigrationRequest {
     },
     /// The runs of pages changed since the last such request, as (region page, count).
     TakeChanged(Arc<Mutex<Vec<(usize, usize)>>>),
-    /// Install each run (region page, whole pages of data; each inside one chunk), in order.
+    /// Install each run (region page, whole pages of data; each inside one chunk), in order;
+    /// with `only_remote`, only its pages that are still remote (post-copy).
     Install {
         runs: Vec<(usize, Vec<u8>)>,
+        only_remote: bool,
         out: Arc<Mutex<InstallOutcome>>,
     },
+    /// Post-copy: each run's pages (region page, count; inside one chunk) are remote: their
+    /// content is at the source, and faults on them wait until it is installed.
+    MarkRemote(Vec<(usize, usize)>),
 }
 
 /// Most posted commands waiting at once; more are dropped (only associations are posted, and

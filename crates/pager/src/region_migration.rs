@@ -86,9 +86,61 @@ impl Region {
     /// went, summed; the first failed install fails the call, and the runs after it are not
     /// installed.
     pub fn install_runs(&self, runs: Vec<(usize, Vec<u8>)>) -> Result<InstallOutcome, PagerError> {
+        self.install(runs, false)
+    }
+
+    /// Destination, post-copy: marks each run `(first region page, count)` (inside one chunk)
+    /// *remote*: its content is still at the source. The pages are neither mapped nor read
+    /// from here on; a fault on one waits (and is listed in
+    /// [`take_wanted_pages`](Self::take_wanted_pages)) until
+    /// [`install_remote_runs`](Self::install_remote_runs) brings its content or the page is
+    /// discarded.
+    pub fn mark_remote(&self, runs: Vec<(usize, usize)>) -> Result<(), PagerError> {
+        self.migration(MigrationRequest::MarkRemote(runs))
+    }
+
+    /// Destination, post-copy: [`install_runs`](Self::install_runs) of the pages of `runs` that
+    /// are still remote (the others were discarded by the program since, and may hold new
+    /// data); waiting faults on them are served.
+    pub fn install_remote_runs(
+        &self,
+        runs: Vec<(usize, Vec<u8>)>,
+    ) -> Result<InstallOutcome, PagerError> {
+        self.install(runs, true)
+    }
+
+    /// Destination, post-copy: how many pages are still remote.
+    pub fn remote_pages(&self) -> usize {
+        self.shared.remote.left()
+    }
+
+    /// Destination, post-copy: the region pages that faults have waited for since the last
+    /// call, in the order the faults came. [`remote_wants_fd`](Self::remote_wants_fd) is
+    /// readable while some are listed.
+    pub fn take_wanted_pages(&self) -> Vec<usize> {
+        self.shared.remote.take_wanted()
+    }
+
+    /// A descriptor to `poll` for `POLLIN`: readable while
+    /// [`take_wanted_pages`](Self::take_wanted_pages) has pages to give.
+    pub fn remote_wants_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.shared.remote)
+    }
+
+    /// Destination, post-copy: faults that found their page remote and waited for it.
+    pub fn remote_faults(&self) -> u64 {
+        self.shared.remote.waited_faults()
+    }
+
+    fn install(
+        &self,
+        runs: Vec<(usize, Vec<u8>)>,
+        only_remote: bool,
+    ) -> Result<InstallOutcome, PagerError> {
         let out = Arc::new(Mutex::new(InstallOutcome::default()));
         self.migration(MigrationRequest::Install {
             runs,
+            only_remote,
             out: out.clone(),
         })?;
         Ok(take(&out))

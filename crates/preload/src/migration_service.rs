@@ -48,12 +48,14 @@ pub fn command(command: MigrateCommand) -> Result<(), String> {
             key_file,
             max_bandwidth,
             downtime_limit_ms,
+            post_copy,
         } => start_source(
             to,
             &key_file,
             SenderOptions {
                 max_bandwidth,
                 downtime_limit: Duration::from_millis(downtime_limit_ms),
+                post_copy,
             },
         ),
         MigrateCommand::Finish => with_running_source("finish", |s| s.signals.finish()),

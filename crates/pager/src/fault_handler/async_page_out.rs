@@ -141,11 +141,18 @@ impl FaultHandler {
     }
 
     /// Maps a resident chunk's pages again (write-protected if tracking) and wakes their
-    /// waiters; `op` names the occasion in errors.
+    /// waiters; `op` names the occasion in errors. Remote pages stay unmapped.
     pub(super) fn remap(&mut self, c: usize, op: &'static str) {
         let start = self.chunk_range(c).0;
         let pg = self.memory.page;
-        for (f, n) in self.chunks.resident_runs(c) {
+        let runs = if self.chunks.remote_pages(c) > 0 {
+            self.chunks.runs(c, |p| {
+                self.chunks.is_page_resident(c, p) && !self.chunks.is_page_remote(c, p)
+            })
+        } else {
+            self.chunks.resident_runs(c)
+        };
+        for (f, n) in runs {
             if let Err(e) = self.fill(start + f * pg, n * pg, Fill::Continue) {
                 self.memory_error(op, start + f * pg, n * pg, e);
             }

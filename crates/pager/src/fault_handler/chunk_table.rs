@@ -57,6 +57,12 @@ pub(crate) struct ChunkTable {
     poisoned: PageBitmap,
     /// Per page: being read from swap on its own (a parallel page-in), not resident yet.
     reading: PageBitmap,
+    /// Per page, on a post-copy migration's destination: the content is still at the source.
+    /// A remote page is never mapped (a resident one keeps its stale copy unmapped) nor
+    /// read; faults on it wait until its content is installed.
+    remote: PageBitmap,
+    /// Remote pages in all.
+    remote_total: usize,
     /// Per page, while a live migration tracks changes: the content changed since the
     /// migration last sent it (every page marked written is marked here too, and discards).
     changed: Option<PageBitmap>,
@@ -113,6 +119,8 @@ impl ChunkTable {
             written: PageBitmap::new(pages),
             poisoned: PageBitmap::new(pages),
             reading: PageBitmap::new(pages),
+            remote: PageBitmap::new(pages),
+            remote_total: 0,
             changed: None,
             reading_total: 0,
             resident_total: 0,
@@ -358,6 +366,46 @@ impl ChunkTable {
         self.reading_total
     }
 
+    /// Whether page `page` of chunk `c` is remote (its content still at a post-copy
+    /// migration's source).
+    pub fn is_page_remote(&self, c: usize, page: usize) -> bool {
+        self.remote_total > 0
+            && page < self.pages_per_chunk
+            && self.remote.get(self.first_page(c) + page)
+    }
+
+    /// Marks pages `first..first + n` of chunk `c` remote (`true`; they must not be poisoned
+    /// or being read) or not. Returns how many changed.
+    pub fn set_remote(&mut self, c: usize, first: usize, n: usize, remote: bool) -> usize {
+        if !self.in_chunk(c, first, n) {
+            return 0;
+        }
+        let at = self.first_page(c) + first;
+        let before = self.remote.count_range(at, n);
+        self.remote.set_range(at, n, remote);
+        let changed = if remote { n - before } else { before };
+        if remote {
+            self.remote_total += changed;
+        } else {
+            self.remote_total -= changed;
+        }
+        changed
+    }
+
+    /// How many pages of chunk `c` are remote.
+    pub fn remote_pages(&self, c: usize) -> usize {
+        if self.remote_total == 0 || c >= self.len() {
+            return 0;
+        }
+        self.remote
+            .count_range(self.first_page(c), self.pages_per_chunk)
+    }
+
+    /// Remote pages of the whole region.
+    pub fn remote_total(&self) -> usize {
+        self.remote_total
+    }
+
     /// Marks pages `first..first + n` of chunk `c` poisoned (`true`; they must not be
     /// resident) or not.
     pub fn set_poisoned(&mut self, c: usize, first: usize, n: usize, poisoned: bool) {
@@ -499,6 +547,15 @@ impl ChunkTable {
                  jobs {}",
                 self.jobs[c]
             );
+            if self.remote_pages(c) > 0 {
+                for p in 0..self.pages_per_chunk {
+                    debug_assert!(
+                        !(self.is_page_remote(c, p)
+                            && (self.is_page_poisoned(c, p) || self.is_page_reading(c, p))),
+                        "{at}: page {p} of chunk {c} remote and poisoned or being read"
+                    );
+                }
+            }
             if self.poisoned_pages(c) > 0 {
                 for p in 0..self.pages_per_chunk {
                     debug_assert!(
@@ -509,6 +566,12 @@ impl ChunkTable {
             }
         }
         debug_assert_eq!(resident_total, self.resident_total, "{at}: resident pages");
+        debug_assert_eq!(
+            self.remote
+                .count_range(0, self.len() * self.pages_per_chunk),
+            self.remote_total,
+            "{at}: remote pages"
+        );
         debug_assert_eq!(
             self.reading
                 .count_range(0, self.len() * self.pages_per_chunk),
@@ -535,6 +598,24 @@ impl ChunkTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_pages_are_counted_per_chunk_and_in_all() {
+        let mut t = ChunkTable::new(12, 4);
+        assert!(!t.is_page_remote(1, 2));
+        assert_eq!(t.set_remote(1, 1, 3, true), 3);
+        assert_eq!(t.set_remote(1, 0, 2, true), 1, "page 1 was remote already");
+        assert_eq!(t.set_remote(2, 3, 2, true), 0, "past the chunk: refused");
+        assert_eq!((t.remote_pages(1), t.remote_total()), (4, 4));
+        assert!(t.is_page_remote(1, 0) && t.is_page_remote(1, 3));
+        assert!(!t.is_page_remote(0, 3) && !t.is_page_remote(2, 0));
+        // Residency is independent: a resident page may be remote (its stale copy unmapped).
+        t.add_resident(1, 0, 1);
+        assert!(t.is_page_remote(1, 0) && t.is_page_resident(1, 0));
+        assert_eq!(t.set_remote(1, 0, 4, false), 4);
+        assert_eq!((t.remote_pages(1), t.remote_total()), (0, 0));
+        t.check_invariants("remote", |c| c == 1);
+    }
 
     #[test]
     fn partial_residency_and_totals() {

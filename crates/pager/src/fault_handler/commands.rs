@@ -23,6 +23,8 @@ impl FaultHandler {
                 break;
             };
             let r = self.run_command(cmd);
+            // An install or a discard may have ended pages' remote state.
+            self.serve_remote_waits();
             self.shared.commands.answer(r);
         }
     }
@@ -32,6 +34,7 @@ impl FaultHandler {
         while let Some(cmd) = self.shared.commands.take_posted() {
             let _ = self.run_command(cmd);
         }
+        self.serve_remote_waits();
     }
 
     /// Carries out one command.
@@ -142,6 +145,7 @@ impl FaultHandler {
         self.forget_eviction(c);
         self.end_image_pages(c, 0, self.chunks.pages_in(c));
         self.chunks.mark_changed(c, 0, self.chunks.pages_in(c));
+        self.end_remote(c, 0, self.chunks.pages_in(c));
         let was_stored = self.io.is_stored(c);
         if was_stored {
             if let Err(e) = self.io.punch(c) {
@@ -183,6 +187,7 @@ impl FaultHandler {
         self.end_image_pages(c, first, n);
         self.chunks.mark_changed(c, first, n);
         self.clear_poison(c, first, n);
+        self.end_remote(c, first, n);
         for (f, k) in self.chunks.resident_runs(c) {
             let (lo, hi) = (f.max(first), (f + k).min(first + n));
             if lo >= hi {
@@ -215,7 +220,7 @@ impl FaultHandler {
 
     /// Pages `first..first + n` of chunk `c` are no longer poisoned: their poison markers
     /// (in the page tables) are dropped, so the next access faults and gets a zero page.
-    fn clear_poison(&mut self, c: usize, first: usize, n: usize) {
+    pub(super) fn clear_poison(&mut self, c: usize, first: usize, n: usize) {
         if self.chunks.poisoned_pages(c) == 0 {
             return;
         }

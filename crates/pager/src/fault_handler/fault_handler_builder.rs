@@ -111,6 +111,7 @@ impl FaultHandlerBuilder<'_> {
             fault_offset: None,
             uffd_error_logged: false,
             migration_buffer: None,
+            remote_waits: Vec::new(),
         })
     }
 }

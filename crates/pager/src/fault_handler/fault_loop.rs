@@ -62,6 +62,9 @@ pub(crate) struct FaultHandler {
     pub(super) uffd_error_logged: bool,
     /// Page-aligned buffer for a live migration's swap reads and writes, while one runs.
     pub(super) migration_buffer: Option<crate::memfd::Mapping>,
+    /// Faults on remote pages (a post-copy migration's destination), waiting for their
+    /// content; served again once it is installed.
+    pub(super) remote_waits: Vec<FaultEvent>,
 }
 
 impl FaultHandler {
@@ -335,23 +338,40 @@ impl FaultHandler {
             FaultKind::Minor => add(&self.stats().minor_faults, 1),
             _ => add(&self.stats().missing_faults, 1),
         }
+        self.serve_fault(ev);
+    }
+
+    /// The chunk, the page in it and the region offset of the page `ev` faulted on; `None`
+    /// outside the region.
+    pub(super) fn fault_page(&self, ev: &FaultEvent) -> Option<(usize, usize, usize)> {
         let page_addr = ev.address & !(self.memory.page - 1);
-        let Some(offset) = page_addr
+        let offset = page_addr
             .checked_sub(self.memory.base)
-            .filter(|&o| o < self.memory.len)
-        else {
+            .filter(|&o| o < self.memory.len)?;
+        let c = offset / self.memory.chunk_size;
+        let page = (offset % self.memory.chunk_size) / self.memory.page;
+        Some((c, page, offset))
+    }
+
+    /// Serves fault `ev` (counted already): a new one, or one that waited for a remote page.
+    pub(super) fn serve_fault(&mut self, ev: FaultEvent) {
+        let page_addr = ev.address & !(self.memory.page - 1);
+        let Some((c, page, offset)) = self.fault_page(&ev) else {
             // Not ours (cannot happen: only the region is registered); do not leave it hanging.
             let _ = self.uffd.wake(page_addr, self.memory.page);
             return;
         };
-        let c = offset / self.memory.chunk_size;
-        let page = (offset % self.memory.chunk_size) / self.memory.page;
         let Some(state) = self.chunks.state(c) else {
             let _ = self.uffd.wake(page_addr, self.memory.page);
             return;
         };
         if self.chunks.is_page_poisoned(c, page) {
             self.poison(offset, self.memory.page);
+            return;
+        }
+        if self.chunks.is_page_remote(c, page) {
+            // Its content is still at a post-copy migration's source: wait for it.
+            self.wait_for_remote(ev, c, page);
             return;
         }
         if self.chunks.is_page_reading(c, page) {

@@ -11,6 +11,7 @@ use crate::pager_error::PagerError;
 use crate::refault_curve::RefaultCounters;
 use crate::region_command::CommandQueue;
 use crate::region_stats::StatsCounters;
+use crate::remote_pages::RemotePages;
 use crate::residency_hint::ResidencyHint;
 
 /// How many recorded errors are kept (older ones are dropped, their count kept).
@@ -36,6 +37,8 @@ pub(crate) struct HandlerShared {
     pub policy: Mutex<String>,
     /// Which pages are resident, for other threads (the chunk table's copy).
     pub residency: Arc<ResidencyHint>,
+    /// Remote pages (post-copy migration): how many are left, which ones faults wait for.
+    pub remote: RemotePages,
     /// Set (and announced) once the handler thread runs.
     pub running: Mutex<bool>,
     pub started: Condvar,

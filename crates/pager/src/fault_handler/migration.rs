@@ -50,20 +50,29 @@ impl FaultHandler {
                 put(&out, changed);
                 Ok(())
             }
-            MigrationRequest::Install { runs, out } => {
+            MigrationRequest::Install {
+                runs,
+                only_remote,
+                out,
+            } => {
                 let mut total = InstallOutcome::default();
                 for (first_page, data) in runs {
-                    let placed = self.install(first_page, &data)?;
+                    let placed = if only_remote {
+                        self.install_remote(first_page, &data)?
+                    } else {
+                        self.install(first_page, &data)?
+                    };
                     total.in_memory += placed.in_memory;
                     total.to_swap += placed.to_swap;
                 }
                 put(&out, total);
                 Ok(())
             }
+            MigrationRequest::MarkRemote(runs) => self.mark_remote(runs),
         }
     }
 
-    fn migration_error(&self, page: usize, reason: impl Into<String>) -> PagerError {
+    pub(super) fn migration_error(&self, page: usize, reason: impl Into<String>) -> PagerError {
         PagerError::Migration {
             region: self.shared.name.clone(),
             offset: (page * self.memory.page) as u64,
@@ -166,7 +175,11 @@ impl FaultHandler {
 
     /// The chunk of region pages `first_page..first_page + pages`, and the first page's index
     /// in it; an error unless the run is inside one chunk.
-    fn chunk_of_run(&self, first_page: usize, pages: usize) -> Result<(usize, usize), PagerError> {
+    pub(super) fn chunk_of_run(
+        &self,
+        first_page: usize,
+        pages: usize,
+    ) -> Result<(usize, usize), PagerError> {
         let ppc = self.chunks.pages_per_chunk();
         let c = first_page / ppc;
         let p = first_page % ppc;
@@ -282,6 +295,29 @@ impl FaultHandler {
         }
         self.fold_page_table_writes()?;
         Ok(self.chunks.take_changed())
+    }
+
+    /// Post-copy: [`install`](Self::install) of those pages of `data` (whole pages for region
+    /// pages `first_page..`, inside one chunk) that are still remote; they are remote no more.
+    /// The others are left as they are: since they were marked, the destination's program
+    /// discarded them (and may have written them again).
+    fn install_remote(
+        &mut self,
+        first_page: usize,
+        data: &[u8],
+    ) -> Result<InstallOutcome, PagerError> {
+        let pg = self.memory.page;
+        let pages = data.len() / pg;
+        let (c, p0) = self.chunk_of_run(first_page, pages.max(1))?;
+        let mut total = InstallOutcome::default();
+        for (f, n) in self.remote_runs(c, p0, pages) {
+            let bytes = &data[(f - p0) * pg..(f - p0 + n) * pg];
+            let placed = self.install(first_page - p0 + f, bytes)?;
+            self.end_remote(c, f, n);
+            total.in_memory += placed.in_memory;
+            total.to_swap += placed.to_swap;
+        }
+        Ok(total)
     }
 
     /// Installs `data` (whole pages) as region pages `first_page..` (inside one chunk), as a

@@ -26,6 +26,10 @@
 //!
 //! A failed read or checksum poisons the pages it was for (`UFFDIO_POISON`): their accessors
 //! get SIGBUS, never garbage.
+//!
+//! Live migration's side is in `migration.rs`; a post-copy destination's *remote* pages (their
+//! content still at the source: never mapped or read, faults on them wait) in
+//! `remote_pages.rs`.
 
 mod access_pattern;
 mod async_page_out;
@@ -42,6 +46,7 @@ mod page_in;
 mod page_out;
 mod refaults;
 mod region_memory;
+mod remote_pages;
 mod swap_mapper;
 
 use chunk_table::ChunkState;

@@ -307,12 +307,14 @@ impl FaultHandler {
     }
 
     /// The runs of pages of chunk `c` a page-in of `span` (faulting page `page`) brings in:
-    /// those not resident and not poisoned.
+    /// those not resident, not poisoned, not being read and not remote (their content is at a
+    /// post-copy migration's source).
     fn missing_runs(&self, c: usize, page: usize, span: PageInSpan) -> Vec<(usize, usize)> {
         let missing = |p: usize| {
             !self.chunks.is_page_resident(c, p)
                 && !self.chunks.is_page_poisoned(c, p)
                 && !self.chunks.is_page_reading(c, p)
+                && !self.chunks.is_page_remote(c, p)
         };
         match span {
             PageInSpan::Page if missing(page) => vec![(page, 1)],

@@ -110,6 +110,8 @@ impl FaultHandler {
                     && !h.chunks.is_page_resident(c, p)
                     && !h.chunks.is_page_poisoned(c, p)
                     && !h.chunks.is_page_reading(c, p)
+                    // Remote: it waits for its content (the read's copy faults and waits too).
+                    && !h.chunks.is_page_remote(c, p)
             })
         };
         let incoming: usize = missing(self).iter().map(|r| r.1).sum();
@@ -200,7 +202,10 @@ impl FaultHandler {
                 continue;
             }
             let runs = self.chunks.runs(c, |p| {
-                p >= first && p < first + n && self.chunks.is_page_resident(c, p)
+                p >= first
+                    && p < first + n
+                    && self.chunks.is_page_resident(c, p)
+                    && !self.chunks.is_page_remote(c, p)
             });
             for (f, k) in runs {
                 for p in f..f + k {
