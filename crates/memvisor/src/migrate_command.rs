@@ -97,7 +97,7 @@ pub enum MigrateError {
 const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
 /// Polling while the guest is paused (every millisecond there is downtime).
-const PAUSED_POLL: Duration = Duration::from_millis(2);
+const PAUSED_POLL: Duration = Duration::from_millis(1);
 
 /// The name the device-state connection has in the source QEMU (`getfd`, `fd:NAME`).
 const DEVICE_STATE_FD: &str = "memvisor-device-state";
