@@ -210,6 +210,18 @@ fn bad_requests_are_refused_with_the_region_and_offset() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("not inside one chunk"), "{e}");
+    // Post-copy's requests: the same rules.
+    let e = r
+        .install_remote_runs(vec![(0, vec![1; page_size() + 1])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not whole pages"), "{e}");
+    let e = r.mark_remote(vec![(3, 2)]).unwrap_err().to_string();
+    assert!(
+        e.contains("not inside one chunk") && e.contains("0x3000"),
+        "{e}"
+    );
+    assert_eq!(r.remote_pages(), 0, "nothing marked");
 }
 
 #[test]

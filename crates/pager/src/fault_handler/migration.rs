@@ -192,6 +192,28 @@ impl FaultHandler {
         Ok((c, p))
     }
 
+    /// For `data` to install from region page `first_page` on: the chunk, the first page's
+    /// index in it and the page count; an error unless `data` is whole pages inside one chunk.
+    fn chunk_of_data(
+        &self,
+        first_page: usize,
+        data: &[u8],
+    ) -> Result<(usize, usize, usize), PagerError> {
+        let pg = self.memory.page;
+        if data.is_empty() || data.len() % pg != 0 {
+            return Err(self.migration_error(
+                first_page,
+                format!(
+                    "{} bytes to install: not whole pages of {pg} bytes",
+                    data.len()
+                ),
+            ));
+        }
+        let pages = data.len() / pg;
+        let (c, p0) = self.chunk_of_run(first_page, pages)?;
+        Ok((c, p0, pages))
+    }
+
     /// Reads region pages `first_page..first_page + pages` (inside one chunk) where they are:
     /// resident pages from memory, the others from swap or from their disk-image block
     /// (checksums verified), never mapping them. A poisoned page or a failed read is an error.
@@ -307,8 +329,7 @@ impl FaultHandler {
         data: &[u8],
     ) -> Result<InstallOutcome, PagerError> {
         let pg = self.memory.page;
-        let pages = data.len() / pg;
-        let (c, p0) = self.chunk_of_run(first_page, pages.max(1))?;
+        let (c, p0, pages) = self.chunk_of_data(first_page, data)?;
         let mut total = InstallOutcome::default();
         for (f, n) in self.remote_runs(c, p0, pages) {
             let bytes = &data[(f - p0) * pg..(f - p0 + n) * pg];
@@ -326,17 +347,7 @@ impl FaultHandler {
     /// file. Installed pages count as written (they have no swap copy, or a stale one).
     fn install(&mut self, first_page: usize, data: &[u8]) -> Result<InstallOutcome, PagerError> {
         let pg = self.memory.page;
-        if data.is_empty() || data.len() % pg != 0 {
-            return Err(self.migration_error(
-                first_page,
-                format!(
-                    "{} bytes to install: not whole pages of {pg} bytes",
-                    data.len()
-                ),
-            ));
-        }
-        let pages = data.len() / pg;
-        let (c, p0) = self.chunk_of_run(first_page, pages)?;
+        let (c, p0, pages) = self.chunk_of_data(first_page, data)?;
         self.wait_for_write(c);
         self.end_image_pages(c, p0, pages);
         let mut outcome = InstallOutcome::default();
