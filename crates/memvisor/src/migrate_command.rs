@@ -367,8 +367,13 @@ impl Migration<'_> {
             }
             if self.last_print.elapsed() >= Duration::from_secs(1) {
                 self.last_print = Instant::now();
+                let left = if m.state == "post-copy" {
+                    format!(", {} still at the source", m.remote_pages)
+                } else {
+                    String::new()
+                };
                 eprintln!(
-                    "memvisor: {} round {}: {} pages sent ({} on the wire, {:.0} MB/s), last round changed {}",
+                    "memvisor: {} round {}: {} pages sent ({} on the wire, {:.0} MB/s), last round changed {}{left}",
                     m.state,
                     m.rounds,
                     m.pages,
