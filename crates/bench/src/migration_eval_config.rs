@@ -45,6 +45,7 @@ impl MigrationCase {
             ],
             Self::Devirtualizing => vec![
                 MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPostCopy,
                 MigrationVariant::NaiveMemvisor,
                 MigrationVariant::NaiveKernel,
             ],
@@ -159,6 +160,7 @@ pub fn plan(
         (Virtualizing, MemvisorPostCopy) => (whole, small, Mover::MemvisorPostCopy),
         (Virtualizing, Naive) => (Placement::Plain, cgroup, Mover::Qemu),
         (Devirtualizing, Memvisor) => (small, whole, Mover::Memvisor),
+        (Devirtualizing, MemvisorPostCopy) => (small, whole, Mover::MemvisorPostCopy),
         (Devirtualizing, NaiveMemvisor) => (small, Placement::Plain, Mover::Qemu),
         (Devirtualizing, NaiveKernel) => (cgroup, Placement::Plain, Mover::Qemu),
         _ => return None,
@@ -331,7 +333,7 @@ mod tests {
                 .unwrap()
                 .variants()
                 .len(),
-            3
+            4
         );
         assert_eq!(MigrationCase::parse("other"), None);
         let full = MigrationEvalConfig::sized("m".into(), "w".into(), false);
