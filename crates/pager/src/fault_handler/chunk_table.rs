@@ -233,11 +233,23 @@ impl ChunkTable {
 
     /// The runs of pages of chunk `c` for which `pick(page)` holds, as `(first, count)`.
     pub fn runs(&self, c: usize, pick: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
+        self.runs_in(c, 0, self.pages_in(c), pick)
+    }
+
+    /// [`runs`](Self::runs) among pages `first..first + n` of chunk `c` only (looking at no
+    /// other page).
+    pub fn runs_in(
+        &self,
+        c: usize,
+        first: usize,
+        n: usize,
+        pick: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, usize)> {
         let mut out: Vec<(usize, usize)> = Vec::new();
         if c >= self.len() {
             return out;
         }
-        for p in 0..self.pages_in(c) {
+        for p in first..first.saturating_add(n).min(self.pages_in(c)) {
             if !pick(p) {
                 continue;
             }

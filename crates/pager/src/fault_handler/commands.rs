@@ -226,9 +226,9 @@ impl FaultHandler {
         }
         let pg = self.memory.page;
         let start = self.chunk_range(c).0;
-        let poisoned = self.chunks.runs(c, |p| {
-            p >= first && p < first + n && self.chunks.is_page_poisoned(c, p)
-        });
+        let poisoned = self
+            .chunks
+            .runs_in(c, first, n, |p| self.chunks.is_page_poisoned(c, p));
         for (f, k) in poisoned {
             let (s, l) = (start + f * pg, k * pg);
             if let Err(e) = self.registered_dontneed(s, l) {

@@ -255,9 +255,9 @@ impl FaultHandler {
                     self.migration_error(first_page - p0 + lo, format!("reading memory: {e}"))
                 })?;
         }
-        let missing = self.chunks.runs(c, |p| {
-            p >= p0 && p < p0 + pages && !self.chunks.is_page_resident(c, p)
-        });
+        let missing = self
+            .chunks
+            .runs_in(c, p0, pages, |p| !self.chunks.is_page_resident(c, p));
         for (f, n) in missing {
             let stored = self.io.stored_in(c, f, n) > 0;
             let image = self.any_image_pages(c, f, n);

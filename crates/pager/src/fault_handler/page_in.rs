@@ -321,8 +321,7 @@ impl FaultHandler {
             PageInSpan::Page => Vec::new(),
             PageInSpan::Window { .. } => {
                 let (first, n) = self.read_extent(c, page, span);
-                self.chunks
-                    .runs(c, |p| p >= first && p < first + n && missing(p))
+                self.chunks.runs_in(c, first, n, missing)
             }
             PageInSpan::Chunk { .. } => self.chunks.runs(c, missing),
         }
@@ -637,11 +636,8 @@ impl FaultHandler {
         }
         self.shared.record(err);
         // Pages being read on their own are not part of this page-in: their reads decide.
-        let lost = self.chunks.runs(c, |p| {
-            p >= first
-                && p < first + n
-                && !self.chunks.is_page_resident(c, p)
-                && !self.chunks.is_page_reading(c, p)
+        let lost = self.chunks.runs_in(c, first, n, |p| {
+            !self.chunks.is_page_resident(c, p) && !self.chunks.is_page_reading(c, p)
         });
         let had_poison = self.chunks.poisoned_pages(c) > 0;
         for &(f, k) in &lost {

@@ -37,9 +37,9 @@ impl FaultHandler {
                 ));
             }
             let start = self.chunk_range(c).0;
-            let resident = self.chunks.runs(c, |p| {
-                p >= p0 && p < p0 + pages && self.chunks.is_page_resident(c, p)
-            });
+            let resident = self
+                .chunks
+                .runs_in(c, p0, pages, |p| self.chunks.is_page_resident(c, p));
             for (f, n) in resident {
                 self.registered_dontneed(start + f * pg, n * pg)
                     .map_err(|e| {
@@ -60,9 +60,8 @@ impl FaultHandler {
         if self.chunks.remote_pages(c) == 0 {
             return Vec::new();
         }
-        self.chunks.runs(c, |p| {
-            p >= first && p < first + n && self.chunks.is_page_remote(c, p)
-        })
+        self.chunks
+            .runs_in(c, first, n, |p| self.chunks.is_page_remote(c, p))
     }
 
     /// Pages `first..first + n` of chunk `c` hold their own content now (installed, or

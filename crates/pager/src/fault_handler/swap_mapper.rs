@@ -104,10 +104,8 @@ impl FaultHandler {
     fn overwrite_in_chunk(&mut self, c: usize, first: usize, n: usize) {
         self.wait_for_write(c);
         let missing = |h: &Self| {
-            h.chunks.runs(c, |p| {
-                p >= first
-                    && p < first + n
-                    && !h.chunks.is_page_resident(c, p)
+            h.chunks.runs_in(c, first, n, |p| {
+                !h.chunks.is_page_resident(c, p)
                     && !h.chunks.is_page_poisoned(c, p)
                     && !h.chunks.is_page_reading(c, p)
                     // Remote: it waits for its content (the read's copy faults and waits too).
@@ -201,11 +199,8 @@ impl FaultHandler {
                 rp += n;
                 continue;
             }
-            let runs = self.chunks.runs(c, |p| {
-                p >= first
-                    && p < first + n
-                    && self.chunks.is_page_resident(c, p)
-                    && !self.chunks.is_page_remote(c, p)
+            let runs = self.chunks.runs_in(c, first, n, |p| {
+                self.chunks.is_page_resident(c, p) && !self.chunks.is_page_remote(c, p)
             });
             for (f, k) in runs {
                 for p in f..f + k {
