@@ -180,6 +180,7 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         was_running,
         qemu_started: false,
         switched_over: false,
+        post_copy: args.post_copy,
         last_print: Instant::now(),
     };
     match run.drive(&args.device_uri, converge_timeout) {
@@ -204,6 +205,8 @@ struct Migration<'a> {
     /// Post-copy: `migrate-continue` was sent with pages still at the source; the
     /// destination's guest may run, so nothing may be rolled back.
     switched_over: bool,
+    /// `--post-copy` was asked for.
+    post_copy: bool,
     last_print: Instant,
 }
 
@@ -262,9 +265,10 @@ impl Migration<'_> {
         let continued = Instant::now();
         // (The sender counted them as the last round's changes; its remote count falls as
         // the push goes.)
-        let remote = (memory.state == "post-copy").then_some(memory.last_round_changed_pages);
+        // A short push may have finished already (it starts at once): named all the same.
+        let remote = self.post_copy.then_some(memory.last_round_changed_pages);
         // From here on the destination may run: a post-copy that fails cannot be undone.
-        self.switched_over = remote.is_some();
+        self.switched_over = memory.state == "post-copy";
         self.src.migrate_continue("pre-switchover")?;
         let info = self.src.wait_migration_status_every(
             &["completed"],
@@ -448,8 +452,8 @@ fn print_summary(s: &Summary, total: Duration) {
     );
     if let Some((named, took)) = s.post_copy {
         println!(
-            "post-copy: {named} pages sent after the switch-over in {} ms ({} asked for by \
-             waiting faults)",
+            "post-copy: {named} pages named at the pause, all in place {} ms after the \
+             switch-over ({} asked for by waiting faults)",
             took.as_millis(),
             m.wanted_pages
         );
