@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use memvisor_control::PostCopy;
 use memvisor_qmp::MigrationInfo;
 use memvisor_testvm::{GuestConfig, GuestImage, MemoryBackend};
 use serde_json::json;
@@ -132,7 +133,7 @@ fn run_one(
         .timeout(Duration::from_secs(config.churn_secs + 1800));
     let (mem_port, dev_port) = (free_port()?, free_port()?);
     let key = dir.join("migration.key");
-    let listen = if matches!(p.mover, Mover::Memvisor | Mover::MemvisorPostCopy) {
+    let listen = if matches!(p.mover, Mover::Memvisor(_)) {
         key_file(&key)?;
         Some(Listen {
             address: format!("127.0.0.1:{mem_port}"),
@@ -181,12 +182,14 @@ fn run_one(
 
     let started = Instant::now();
     let moved = match p.mover {
-        Mover::Memvisor => {
-            memvisor_migrate(config, &mut src, &dst, (mem_port, dev_port), &key, false)
-        }
-        Mover::MemvisorPostCopy => {
-            memvisor_migrate(config, &mut src, &dst, (mem_port, dev_port), &key, true)
-        }
+        Mover::Memvisor(post_copy) => memvisor_migrate(
+            config,
+            &mut src,
+            &dst,
+            (mem_port, dev_port),
+            &key,
+            post_copy,
+        ),
         Mover::Qemu => qemu_migrate(config, &mut src, &mut dst, dev_port),
     };
     let completed_at = Instant::now();
@@ -291,7 +294,7 @@ fn memvisor_migrate(
     dst: &MigrationEnd,
     (mem_port, dev_port): (u16, u16),
     key: &Path,
-    post_copy: bool,
+    post_copy: Option<PostCopy>,
 ) -> Result<Moved, BenchError> {
     let pid = src.status()?.map(|s| s.pid).ok_or_else(|| {
         BenchError::bad(
@@ -323,8 +326,8 @@ fn memvisor_migrate(
     if let Some(b) = config.memvisor_max_bandwidth {
         c.args(["--max-bandwidth", &b.to_string()]);
     }
-    if post_copy {
-        c.arg("--post-copy");
+    if let Some(when) = post_copy {
+        c.arg(format!("--post-copy={when}"));
     }
     let line = format!("{c:?}");
     let out = c.output().map_err(|e| BenchError::Command {

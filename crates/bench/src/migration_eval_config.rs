@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use memvisor_control::PostCopy;
 use serde::Serialize;
 
 const MIB: u64 = 1 << 20;
@@ -40,11 +41,13 @@ impl MigrationCase {
         match self {
             Self::Virtualizing => vec![
                 MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPrecopy,
                 MigrationVariant::MemvisorPostCopy,
                 MigrationVariant::Naive,
             ],
             Self::Devirtualizing => vec![
                 MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPrecopy,
                 MigrationVariant::MemvisorPostCopy,
                 MigrationVariant::NaiveMemvisor,
                 MigrationVariant::NaiveKernel,
@@ -57,9 +60,14 @@ impl MigrationCase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MigrationVariant {
-    /// `memvisor migrate` between two `memvisor run`s (QEMU moves device state only).
+    /// `memvisor migrate` between two `memvisor run`s (QEMU moves device state only), with
+    /// its defaults (`--post-copy=auto`).
     Memvisor,
-    /// The same with `--post-copy`: the pages changed last follow after the switch-over.
+    /// The same with `--post-copy=never`: the last round always goes while the guest is
+    /// paused.
+    MemvisorPrecopy,
+    /// The same with `--post-copy` (always): the pages changed last follow after the
+    /// switch-over.
     MemvisorPostCopy,
     /// Virtualizing: QEMU's own precopy from a plain QEMU into a QEMU in a memory cgroup of
     /// the small budget, the kernel swapping.
@@ -77,6 +85,7 @@ impl MigrationVariant {
     pub fn name(self) -> &'static str {
         match self {
             Self::Memvisor => "memvisor",
+            Self::MemvisorPrecopy => "memvisor-precopy",
             Self::MemvisorPostCopy => "memvisor-post-copy",
             Self::Naive => "naive",
             Self::NaiveMemvisor => "naive-memvisor",
@@ -88,6 +97,7 @@ impl MigrationVariant {
     pub fn parse(s: &str) -> Option<Self> {
         [
             Self::Memvisor,
+            Self::MemvisorPrecopy,
             Self::MemvisorPostCopy,
             Self::Naive,
             Self::NaiveMemvisor,
@@ -119,10 +129,9 @@ pub enum Placement {
 /// Who moves guest memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mover {
-    /// `memvisor migrate` (pager to pager; QEMU with `x-ignore-shared`).
-    Memvisor,
-    /// `memvisor migrate --post-copy`.
-    MemvisorPostCopy,
+    /// `memvisor migrate` (pager to pager; QEMU with `x-ignore-shared`), with `--post-copy`
+    /// as given (`None`: the default).
+    Memvisor(Option<PostCopy>),
     /// QEMU's own precopy migration (`migrate` over QMP).
     Qemu,
 }
@@ -153,14 +162,18 @@ pub fn plan(
     };
     let small = Placement::Memvisor { budget };
     let cgroup = Placement::Cgroup { limit: budget };
+    let precopy = Mover::Memvisor(Some(PostCopy::Never));
+    let post_copy = Mover::Memvisor(Some(PostCopy::Always));
     use MigrationCase::*;
     use MigrationVariant::*;
     let (source, destination, mover) = match (case, variant) {
-        (Virtualizing, Memvisor) => (whole, small, Mover::Memvisor),
-        (Virtualizing, MemvisorPostCopy) => (whole, small, Mover::MemvisorPostCopy),
+        (Virtualizing, Memvisor) => (whole, small, Mover::Memvisor(None)),
+        (Virtualizing, MemvisorPrecopy) => (whole, small, precopy),
+        (Virtualizing, MemvisorPostCopy) => (whole, small, post_copy),
         (Virtualizing, Naive) => (Placement::Plain, cgroup, Mover::Qemu),
-        (Devirtualizing, Memvisor) => (small, whole, Mover::Memvisor),
-        (Devirtualizing, MemvisorPostCopy) => (small, whole, Mover::MemvisorPostCopy),
+        (Devirtualizing, Memvisor) => (small, whole, Mover::Memvisor(None)),
+        (Devirtualizing, MemvisorPrecopy) => (small, whole, precopy),
+        (Devirtualizing, MemvisorPostCopy) => (small, whole, post_copy),
         (Devirtualizing, NaiveMemvisor) => (small, Placement::Plain, Mover::Qemu),
         (Devirtualizing, NaiveKernel) => (cgroup, Placement::Plain, Mover::Qemu),
         _ => return None,
@@ -277,6 +290,7 @@ mod tests {
         for case in [MigrationCase::Virtualizing, MigrationCase::Devirtualizing] {
             for v in [
                 MigrationVariant::Memvisor,
+                MigrationVariant::MemvisorPrecopy,
                 MigrationVariant::MemvisorPostCopy,
                 MigrationVariant::Naive,
                 MigrationVariant::NaiveMemvisor,
@@ -321,6 +335,7 @@ mod tests {
     fn names_round_trip_and_sizes_scale_with_quick() {
         for v in [
             "memvisor",
+            "memvisor-precopy",
             "memvisor-post-copy",
             "naive",
             "naive-memvisor",
@@ -333,7 +348,7 @@ mod tests {
                 .unwrap()
                 .variants()
                 .len(),
-            4
+            5
         );
         assert_eq!(MigrationCase::parse("other"), None);
         let full = MigrationEvalConfig::sized("m".into(), "w".into(), false);

@@ -68,8 +68,8 @@ pub enum MigrateCommand {
         max_bandwidth: Option<u64>,
         /// Rounds end once a round's changes fit this long at the measured rate.
         downtime_limit_ms: u64,
-        /// The pages changed last follow after the switch-over.
-        post_copy: bool,
+        /// When the pages changed last follow after the switch-over.
+        post_copy: crate::PostCopy,
     },
     /// Send the last round and wait for the destination's acknowledgement.
     Finish,

@@ -9,10 +9,15 @@ use serde::{Deserialize, Serialize};
 pub struct MigrationStatus {
     /// `source` (sends memory) or `destination` (receives it).
     pub role: String,
-    /// `connecting`, `sending` (rounds run while the guest runs), `finishing` (the last
-    /// round, guest paused), `post-copy` (post-copy only: the destination may run, the pages
-    /// changed last are being pushed), `completed`, `failed`, `cancelled` (source);
-    /// `listening`, `receiving`, `post-copy`, `completed` (destination).
+    /// The migration's number: random, chosen by the source; a source resuming a post-copy
+    /// push names it.
+    pub migration: u64,
+    /// `connecting`, `sending` (rounds run while the guest runs), `converged`, `finishing`
+    /// (the last round, guest paused), `post-copy` (post-copy only: the destination may run,
+    /// the pages changed last are being pushed), `post-copy-paused` (the connection failed
+    /// during the push; reconnecting), `completed`, `failed`, `cancelled` (source);
+    /// `listening`, `receiving`, `post-copy`, `post-copy-paused` (waiting for the source to
+    /// resume the push), `completed`, `failed` (destination).
     pub state: String,
     /// The other end's address.
     pub peer: String,
@@ -34,6 +39,10 @@ pub struct MigrationStatus {
     /// the switch-over).
     #[serde(default)]
     pub remote_pages: u64,
+    /// Source: pages named at the pause to follow after the switch-over (0: the last round
+    /// sent every changed page; the migration was precopy).
+    #[serde(default)]
+    pub post_copy_pages: u64,
     /// Post-copy: pages that faults on the destination waited for and asked for first.
     #[serde(default)]
     pub wanted_pages: u64,

@@ -22,6 +22,7 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 
 use crate::control_error::ControlError;
+use crate::post_copy::PostCopy;
 use crate::process_status::ProcessStatus;
 
 /// The protocol version this crate speaks.
@@ -72,10 +73,10 @@ pub enum Request {
         /// The rounds are over (converged) once what changed in one round fits this long at
         /// the measured rate.
         downtime_limit_ms: u64,
-        /// Post-copy: at the pause the pages changed last are only named; they follow after
-        /// the switch-over while the destination's guest runs.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        post_copy: bool,
+        /// When the pages changed last are only named at the pause, to follow after the
+        /// switch-over while the destination's guest runs.
+        #[serde(default)]
+        post_copy: PostCopy,
     },
     /// Send the last round (the guest is paused) and wait for the destination's
     /// acknowledgement, in the background; the status shows `completed` when it arrived.
@@ -267,14 +268,14 @@ mod tests {
                 key_file: "/etc/memvisor/key".into(),
                 max_bandwidth: Some(1 << 30),
                 downtime_limit_ms: 300,
-                post_copy: false,
+                post_copy: PostCopy::Never,
             },
             Request::Migrate {
                 to: "127.0.0.1:7070".into(),
                 key_file: "/etc/memvisor/key".into(),
                 max_bandwidth: None,
                 downtime_limit_ms: 30,
-                post_copy: true,
+                post_copy: PostCopy::Always,
             },
             Request::MigrateFinish,
             Request::MigrateCancel,

@@ -14,8 +14,15 @@
 //! 4. `migrate-continue`: QEMU sends device state, the destination loads it (guest memory is
 //!    complete by then) and runs.
 //!
+//! Post-copy (`--post-copy`; by default `auto`: when the last round would pause the guest
+//! longer than naming its pages does) replaces step 3: the pages changed last are only named,
+//! the destination acknowledges at once, and they follow after step 4 while the destination's
+//! guest runs (its faults on them wait, and are served first). A connection lost during that
+//! push is resumed: the source reconnects until it gets through.
+//!
 //! Any failure before step 4 cancels both migrations: the source guest keeps running, the
-//! destination discards what it received and listens again.
+//! destination discards what it received and listens again. After a post-copy switch-over
+//! nothing is rolled back: the destination's guest may run.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -24,7 +31,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use memvisor_control::{
     format_bytes, parse_duration, socket_dir, ByteSize, ControlClient, ControlError, MigrateRules,
-    MigrationStatus, Request,
+    MigrationStatus, PostCopy, Request,
 };
 use memvisor_migration::MigrationKey;
 use memvisor_qmp::{QmpAddress, QmpClient, QmpError};
@@ -68,13 +75,22 @@ pub struct MigrateArgs {
     /// Give up (cancelling cleanly) if the memory rounds have not converged by then.
     #[arg(long, value_name = "DURATION", default_value = "600s")]
     converge_timeout: String,
-    /// Post-copy: while the guest is paused, only name the pages changed since they were
-    /// sent; the destination's guest resumes at once and they follow, the ones it touches
-    /// first. Shorter pause; but once switched over, a lost connection or source leaves the
-    /// destination's guest waiting on the pages that did not arrive (the source guest stays
-    /// paused: the VM is lost, as with QEMU's post-copy).
-    #[arg(long)]
-    post_copy: bool,
+    /// When to post-copy the last round: never, auto or always (`--post-copy` alone:
+    /// always). Post-copy only names the pages changed since they were sent while the guest
+    /// is paused; the destination's guest resumes at once and they follow, the ones it
+    /// touches first. A shorter pause; but once switched over, the VM needs the source's
+    /// memvisor until the last page arrived (a lost connection is resumed; a lost source
+    /// process leaves the destination's guest waiting on the pages that did not arrive, as
+    /// with QEMU's post-copy). auto: only when the last round would take longer than 5 ms.
+    #[arg(
+        long,
+        value_name = "WHEN",
+        default_value = "auto",
+        default_missing_value = "always",
+        num_args = 0..=1,
+        require_equals = true
+    )]
+    post_copy: String,
 }
 
 /// Why `memvisor migrate` failed.
@@ -121,6 +137,10 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         Ok(None) => Err(arg(format!("--{flag} {text}: must be more than 0"))),
         Err(e) => Err(arg(format!("--{flag} {text}: {e}"))),
     };
+    let post_copy: PostCopy = args
+        .post_copy
+        .parse()
+        .map_err(|e| arg(format!("--post-copy: {e}")))?;
     let downtime = duration("downtime-limit", &args.downtime_limit)?;
     let converge_timeout = duration("converge-timeout", &args.converge_timeout)?;
     let key_file = std::path::absolute(&args.key)
@@ -171,7 +191,7 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         key_file: key_text,
         max_bandwidth,
         downtime_limit_ms: downtime_ms,
-        post_copy: args.post_copy,
+        post_copy,
     })?;
     let mut run = Migration {
         control: &mut control,
@@ -180,7 +200,6 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
         was_running,
         qemu_started: false,
         switched_over: false,
-        post_copy: args.post_copy,
         last_print: Instant::now(),
     };
     match run.drive(&args.device_uri, converge_timeout) {
@@ -205,8 +224,6 @@ struct Migration<'a> {
     /// Post-copy: `migrate-continue` was sent with pages still at the source; the
     /// destination's guest may run, so nothing may be rolled back.
     switched_over: bool,
-    /// `--post-copy` was asked for.
-    post_copy: bool,
     last_print: Instant,
 }
 
@@ -259,16 +276,19 @@ impl Migration<'_> {
         let paused = Instant::now();
         self.control.migrate(&Request::MigrateFinish)?;
         // Post-copy: the pages changed last were named, not sent.
-        let mut memory = self.wait_memory(&["completed", "post-copy"], None, PAUSED_POLL)?;
+        let mut memory = self.wait_memory(
+            &["completed", "post-copy", "post-copy-paused"],
+            None,
+            PAUSED_POLL,
+        )?;
         let last_round = paused.elapsed();
         // 4. Switch over.
         let continued = Instant::now();
-        // (The sender counted them as the last round's changes; its remote count falls as
-        // the push goes.)
-        // A short push may have finished already (it starts at once): named all the same.
-        let remote = self.post_copy.then_some(memory.last_round_changed_pages);
+        // A short push may have finished already (it starts at once): the sender's count of
+        // named pages tells, not the state.
+        let remote = (memory.post_copy_pages > 0).then_some(memory.post_copy_pages);
         // From here on the destination may run: a post-copy that fails cannot be undone.
-        self.switched_over = memory.state == "post-copy";
+        self.switched_over = remote.is_some();
         self.src.migrate_continue("pre-switchover")?;
         let info = self.src.wait_migration_status_every(
             &["completed"],
@@ -352,9 +372,13 @@ impl Migration<'_> {
                 return Ok(m);
             }
             if memvisor_control::interrupt::requested() {
-                return Err(MigrateError::Failed(
-                    "interrupted by a signal; both migrations cancelled".into(),
-                ));
+                return Err(MigrateError::Failed(if self.switched_over {
+                    "interrupted by a signal after the post-copy switch-over; the source's \
+                     memvisor goes on pushing (memvisor stat shows it)"
+                        .into()
+                } else {
+                    "interrupted by a signal; both migrations cancelled".into()
+                }));
             }
             if m.is_over() {
                 return Err(MigrateError::Failed(format!(
@@ -371,10 +395,14 @@ impl Migration<'_> {
             }
             if self.last_print.elapsed() >= Duration::from_secs(1) {
                 self.last_print = Instant::now();
-                let left = if m.state == "post-copy" {
-                    format!(", {} still at the source", m.remote_pages)
-                } else {
-                    String::new()
+                let left = match m.state.as_str() {
+                    "post-copy" => format!(", {} still at the source", m.remote_pages),
+                    "post-copy-paused" => format!(
+                        ", {} still at the source; {}",
+                        m.remote_pages,
+                        m.error.as_deref().unwrap_or("reconnecting")
+                    ),
+                    _ => String::new(),
                 };
                 eprintln!(
                     "memvisor: {} round {}: {} pages sent ({} on the wire, {:.0} MB/s), last round changed {}{left}",
@@ -397,8 +425,8 @@ impl Migration<'_> {
     fn roll_back(&mut self) {
         if self.switched_over {
             eprintln!(
-                "memvisor: post-copy failed after the switch-over: the source guest stays \
-                 paused; the destination's guest waits on the pages that did not arrive"
+                "memvisor: after the post-copy switch-over nothing is rolled back: the source \
+                 guest stays paused; the destination's guest waits on the pages not yet there"
             );
             return;
         }

@@ -166,7 +166,7 @@ mod tests {
         drop(ours);
         peer.join().unwrap();
         assert!(
-            matches!(error, MigrationError::Version { ours: 4, theirs: 5 }),
+            matches!(error, MigrationError::Version { ours: 5, theirs: 6 }),
             "{error}"
         );
     }

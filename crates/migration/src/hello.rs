@@ -4,7 +4,7 @@ use crate::migration_error::MigrationError;
 use crate::role::Role;
 
 /// The protocol version this crate speaks. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The first bytes of a hello.
 pub const HELLO_MAGIC: [u8; 8] = *b"MVMIGRAT";
 /// Bytes in a hello's nonce.
@@ -113,11 +113,11 @@ mod tests {
         let error = Hello::parse(&bad).unwrap_err().to_string();
         assert!(error.contains("expected the magic \"MVMIGRAT\""), "{error}");
         let mut bad = good;
-        // A version 3 peer (no post-copy messages) is refused by name.
-        bad[8..12].copy_from_slice(&3u32.to_le_bytes());
+        // A version 4 peer (no post-copy recovery) is refused by name.
+        bad[8..12].copy_from_slice(&4u32.to_le_bytes());
         let error = Hello::parse(&bad).unwrap_err();
         assert!(
-            matches!(error, MigrationError::Version { ours: 4, theirs: 3 }),
+            matches!(error, MigrationError::Version { ours: 5, theirs: 4 }),
             "{error}"
         );
         let mut bad = good;

@@ -56,7 +56,7 @@
 //!
 //! | type | message | payload |
 //! |---|---|---|
-//! | 1 | `Begin` | count u32 (≤ 64), then per region: name length u16 (≤ 256), name UTF-8, bytes u64, page size u32 |
+//! | 1 | `Begin` | migration u64, count u32 (≤ 64), then per region: name length u16 (≤ 256), name UTF-8, bytes u64, page size u32 |
 //! | 2 | `Ready` | empty |
 //! | 3 | `Pages` | region u32, page size u32 (power of two, 4 KiB..=2 MiB), runs u32 (≥ 1), count u32 (≥ 1), runs × (first page u64, pages u32 ≥ 1; ascending, not overlapping, pages summing to count), count × CRC32C u32, count × page size bytes |
 //! | 4 | `Zero` | region u32, first page u64, pages u64 (≥ 1) |
@@ -66,6 +66,7 @@
 //! | 8 | `Abort` | reason length u16 (≤ 1024), reason UTF-8 |
 //! | 9 | `Remote` | region u32, runs u32 (1..=65,536), runs × (first page u64, pages u32 ≥ 1; ascending, not overlapping) |
 //! | 10 | `Want` | region u32, count u32 (1..=4096), count × page u64 |
+//! | 11 | `Resume` | migration u64 |
 //!
 //! Decoding refuses trailing bytes, unknown types, short payloads, over-long strings, invalid
 //! UTF-8, counts that do not fit the payload, and `Pages` whose data fails a CRC32C
@@ -80,6 +81,14 @@
 //! destination's guest may run. The source then sends those pages (`Pages`, `Zero`) while the
 //! destination sends `Want` for the ones its faults wait on, and ends with `Finish`, answered
 //! by `Done` counting every page of the session.
+//!
+//! Post-copy recovery (protocol version 5): if the connection breaks during the push, neither
+//! end gives up. The destination keeps its remote pages (accesses to them wait) and listens
+//! again, accepting only a `Resume` naming the migration's number (the random `migration` of
+//! its `Begin`); the source reconnects until it gets through (or is cancelled) and sends that
+//! `Resume`. The destination answers with its pages still remote (`Remote`) and `Ready`; the
+//! source checks that it named every one of them at the pause and pushes them as before, and
+//! the closing `Done` counts the pages of that connection.
 #![deny(missing_docs)]
 
 mod frame_header;
@@ -111,8 +120,12 @@ pub use frame_header::{
     FrameHeader, FRAME_HEADER_LEN, FRAME_MAGIC, FRAME_TAG_LEN, MAX_FRAME_LEN, MAX_PAYLOAD,
 };
 pub use hello::{Hello, HELLO_LEN, HELLO_MAGIC, NONCE_LEN, PROTOCOL_VERSION};
-pub use memory_receiver::{MemoryReceiver, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT};
-pub use memory_sender::{MemorySender, SenderOptions, SenderSignals, CONNECT_TIMEOUT, IO_TIMEOUT};
+pub use memory_receiver::{
+    MemoryReceiver, Served, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, LATE_RESUME_GRACE,
+};
+pub use memory_sender::{
+    MemorySender, SenderOptions, SenderSignals, CONNECT_TIMEOUT, IO_TIMEOUT, RECONNECT_PAUSE,
+};
 pub use memory_stream::MemoryStream;
 pub use message::{
     decode_payload, encode_payload, encode_payload_into, Message, MAX_ABORT_REASON_LEN,

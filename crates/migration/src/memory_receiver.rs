@@ -11,8 +11,13 @@
 //!
 //! Post-copy: `Remote` messages after the last round name pages whose content follows after
 //! the switch-over; they are marked remote in the pager (accesses wait), `Finish` is answered
-//! with `Done` at once, and [`receive_pushed`] takes the pushed pages. A failure from then on
-//! is final: the guest may run on this memory, so nothing is cleared and no retry is served.
+//! with `Done` at once, and [`receive_pushed`] takes the pushed pages. From then on the guest
+//! may run on this memory: nothing is ever cleared again. If the connection fails (broken,
+//! timed out, frames that do not verify), the receiver waits in state `post-copy-paused` for
+//! the source to resume the push over a new connection (`Resume` with the migration's number:
+//! nothing else is accepted), answers with its pages still remote, and takes the rest of the
+//! push. Any other failure after the switch-over (the source aborting, a pager error) is
+//! final: the pages that did not arrive stay remote, and accesses to them keep waiting.
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -36,6 +41,19 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest silence from the source once the handshake is done (a source converging sends
 /// something every round).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a destination answers resumes of a post-copy migration that completed here (see
+/// [`MemoryReceiver::answer_late_resumes`]): a source whose last `Done` was lost notices
+/// within its I/O timeout and reconnects within half a second.
+pub const LATE_RESUME_GRACE: Duration =
+    Duration::from_secs(2 * crate::memory_sender::IO_TIMEOUT.as_secs());
+
+/// How a served migration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// Post-copy: the migration's number. Its source may not have seen the last `Done` (see
+    /// [`MemoryReceiver::answer_late_resumes`]).
+    pub post_copy: Option<u64>,
+}
 
 /// The destination end.
 pub struct MemoryReceiver<'a> {
@@ -46,10 +64,18 @@ pub struct MemoryReceiver<'a> {
 
 /// What one accepted connection ended with.
 enum Attempt {
-    Completed,
+    Completed {
+        /// Post-copy: the migration's number.
+        post_copy: Option<u64>,
+    },
+    /// Nothing of this connection stays.
     Failed(MigrationError),
     /// Post-copy, after `Done` answered the pause: the guest may run on what arrived.
-    FailedAfterSwitchOver(MigrationError),
+    FailedAfterSwitchOver {
+        error: MigrationError,
+        /// The migration's number, which a resuming source names.
+        migration: u64,
+    },
 }
 
 impl<'a> MemoryReceiver<'a> {
@@ -70,7 +96,7 @@ impl<'a> MemoryReceiver<'a> {
         &self,
         listener: &TcpListener,
         regions: impl Fn() -> Vec<Arc<Region>>,
-    ) -> Result<(), MigrationError> {
+    ) -> Result<Served, MigrationError> {
         self.progress.set_state("listening");
         loop {
             let (tcp, peer) = listener.accept().map_err(|source| MigrationError::Io {
@@ -81,22 +107,12 @@ impl<'a> MemoryReceiver<'a> {
             self.progress.reset_counters();
             let regions = regions();
             match self.attempt(tcp, &regions) {
-                Attempt::Completed => {
+                Attempt::Completed { post_copy } => {
                     self.progress.set_state("completed");
-                    return Ok(());
+                    return Ok(Served { post_copy });
                 }
-                Attempt::FailedAfterSwitchOver(e) => {
-                    // Nothing is cleared: the guest may run on this memory already.
-                    let e = MigrationError::Io {
-                        context: format!(
-                            "post-copy from {peer} failed after the switch-over ({} pages did \
-                             not arrive; accesses to them wait)",
-                            regions.iter().map(|r| r.remote_pages()).sum::<usize>()
-                        ),
-                        source: std::io::Error::other(e.to_string()),
-                    };
-                    self.progress.set_error(e.to_string(), true);
-                    return Err(e);
+                Attempt::FailedAfterSwitchOver { error, migration } => {
+                    return self.await_resume(listener, &regions, migration, error);
                 }
                 Attempt::Failed(e) => {
                     // Said first: the source already knows (its connection is closed), and
@@ -113,47 +129,189 @@ impl<'a> MemoryReceiver<'a> {
         }
     }
 
-    fn attempt(&self, tcp: TcpStream, regions: &[Arc<Region>]) -> Attempt {
-        let timeouts = tcp
-            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-            .and_then(|()| tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT)));
-        if let Err(source) = timeouts {
-            return Attempt::Failed(MigrationError::Io {
-                context: "setting timeouts on a migration connection".into(),
-                source,
-            });
+    /// Post-copy, after the switch-over, the push failed with `error`: if the connection
+    /// failed, waits for the source to resume migration `migration` (as often as it fails
+    /// again the same way); returns once the push completed, or with the first failure that
+    /// is not the connection's. Nothing is cleared either way.
+    fn await_resume(
+        &self,
+        listener: &TcpListener,
+        regions: &[Arc<Region>],
+        migration: u64,
+        mut error: MigrationError,
+    ) -> Result<Served, MigrationError> {
+        let left = || regions.iter().map(|r| r.remote_pages()).sum::<usize>();
+        loop {
+            if !error.is_connection_failure() {
+                let e = MigrationError::Io {
+                    context: format!(
+                        "post-copy failed after the switch-over ({} pages did not arrive; \
+                         accesses to them wait)",
+                        left()
+                    ),
+                    source: std::io::Error::other(error.to_string()),
+                };
+                self.progress.set_error(e.to_string(), true);
+                return Err(e);
+            }
+            self.progress.set_error(
+                format!(
+                    "post-copy connection lost after the switch-over ({error}); {} pages still \
+                     at the source, accesses to them wait until it resumes",
+                    left()
+                ),
+                false,
+            );
+            self.progress.set_state("post-copy-paused");
+            loop {
+                let (tcp, peer) = listener.accept().map_err(|source| MigrationError::Io {
+                    context: "accepting a migration connection to resume post-copy".into(),
+                    source,
+                })?;
+                match self.resume_attempt(tcp, regions, migration) {
+                    Attempt::Completed { post_copy } => {
+                        self.progress.set_peer(peer.to_string());
+                        self.progress.set_state("completed");
+                        return Ok(Served { post_copy });
+                    }
+                    Attempt::Failed(e) => self
+                        .progress
+                        .set_error(format!("connection from {peer} refused: {e}"), false),
+                    Attempt::FailedAfterSwitchOver { error: e, .. } => {
+                        self.progress.set_peer(peer.to_string());
+                        error = e;
+                        break;
+                    }
+                }
+            }
         }
-        let mut stream = match MemoryStream::handshake(tcp, self.key, Role::Destination) {
+    }
+
+    /// After post-copy migration `migration` completed here: for `grace`, answers its source
+    /// if it resumes (its last `Done` may have been lost with the connection, and it would
+    /// otherwise try to reconnect forever): no page is remote any more, and the `Finish` that
+    /// follows is answered with `Done`. Other connections are refused. The state stays
+    /// `completed`.
+    pub fn answer_late_resumes(&self, listener: &TcpListener, migration: u64, grace: Duration) {
+        let until = std::time::Instant::now() + grace;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(listener);
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match crate::readiness::wait_readable(&[fd], left) {
+                Ok(ready) if ready.contains(&true) => {}
+                Ok(_) => continue,
+                Err(_) => return,
+            }
+            let Ok((tcp, _)) = listener.accept() else {
+                continue;
+            };
+            let Ok(mut stream) = self.open(tcp) else {
+                continue;
+            };
+            let answered = match stream.receive() {
+                // Nothing is remote any more: the push completed (`Finish` found no page
+                // left), so the list is empty.
+                Ok(Message::Resume { migration: m }) if m == migration => stream
+                    .send(&Message::Ready)
+                    .and_then(|()| match stream.receive()? {
+                        Message::Finish => stream.send(&Message::Done { pages: 0, bytes: 0 }),
+                        other => Err(unexpected("Finish", &other)),
+                    }),
+                Ok(other) => Err(MigrationError::AwaitingResume {
+                    migration,
+                    got: match other {
+                        Message::Resume { migration: m } => {
+                            format!("Resume of migration {m:#018x}")
+                        }
+                        other => other.name().to_string(),
+                    },
+                }),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = answered {
+                abort(&mut stream, &e);
+            }
+        }
+    }
+
+    /// One connection while post-copy migration `migration` waits to resume: only its
+    /// `Resume` is accepted; then the pages still remote here are listed (`Remote`, `Ready`)
+    /// and the rest of the push received.
+    fn resume_attempt(&self, tcp: TcpStream, regions: &[Arc<Region>], migration: u64) -> Attempt {
+        let mut stream = match self.open(tcp) {
             Ok(s) => s,
             Err(e) => return Attempt::Failed(e),
         };
-        let idle = stream
-            .get_ref()
-            .set_read_timeout(Some(IDLE_TIMEOUT))
-            .and_then(|()| stream.get_ref().set_write_timeout(Some(IDLE_TIMEOUT)));
-        if let Err(source) = idle {
-            return Attempt::Failed(MigrationError::Io {
-                context: "setting timeouts on a migration connection".into(),
-                source,
-            });
-        }
-        let abort = |stream: &mut MemoryStream<TcpStream>, e: &MigrationError| {
-            if !matches!(e, MigrationError::PeerAborted { .. }) {
-                let _ = stream.send(&Message::Abort {
-                    reason: truncate(e.to_string(), crate::message::MAX_ABORT_REASON_LEN),
-                });
+        let refused = |got: String| MigrationError::AwaitingResume { migration, got };
+        let resumed = match stream.receive() {
+            Ok(Message::Resume { migration: m }) if m == migration => Ok(()),
+            Ok(Message::Resume { migration: m }) => {
+                Err(refused(format!("Resume of migration {m:#018x}")))
             }
+            Ok(Message::Abort { reason }) => Err(MigrationError::PeerAborted { reason }),
+            Ok(other) => Err(refused(other.name().to_string())),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = resumed {
+            abort(&mut stream, &e);
+            return Attempt::Failed(e);
+        }
+        self.progress.set_state("post-copy");
+        let pushed = list_remote(&mut stream, regions)
+            .and_then(|()| receive_pushed(&mut stream, regions, self.progress, (0, 0)));
+        self.ended(&mut stream, pushed, migration)
+    }
+
+    /// How a post-copy push ended: a connection failure is not answered (the source resumes
+    /// on a new connection), any other failure with `Abort`.
+    fn ended(
+        &self,
+        stream: &mut MemoryStream<TcpStream>,
+        pushed: Result<(), MigrationError>,
+        migration: u64,
+    ) -> Attempt {
+        match pushed {
+            Ok(()) => Attempt::Completed {
+                post_copy: Some(migration),
+            },
+            Err(error) => {
+                if !error.is_connection_failure() {
+                    abort(stream, &error);
+                }
+                Attempt::FailedAfterSwitchOver { error, migration }
+            }
+        }
+    }
+
+    /// Authenticates a connection and sets its timeouts.
+    fn open(&self, tcp: TcpStream) -> Result<MemoryStream<TcpStream>, MigrationError> {
+        let timeouts = |tcp: &TcpStream, t: Duration| {
+            tcp.set_read_timeout(Some(t))
+                .and_then(|()| tcp.set_write_timeout(Some(t)))
+                .map_err(|source| MigrationError::Io {
+                    context: "setting timeouts on a migration connection".into(),
+                    source,
+                })
+        };
+        timeouts(&tcp, HANDSHAKE_TIMEOUT)?;
+        let stream = MemoryStream::handshake(tcp, self.key, Role::Destination)?;
+        timeouts(stream.get_ref(), IDLE_TIMEOUT)?;
+        Ok(stream)
+    }
+
+    fn attempt(&self, tcp: TcpStream, regions: &[Arc<Region>]) -> Attempt {
+        let mut stream = match self.open(tcp) {
+            Ok(s) => s,
+            Err(e) => return Attempt::Failed(e),
         };
         match self.receive(&mut stream, regions) {
-            Ok(Received::Completed) => Attempt::Completed,
-            Ok(Received::SwitchedOver { counts }) => {
-                match receive_pushed(&mut stream, regions, self.progress, counts) {
-                    Ok(()) => Attempt::Completed,
-                    Err(e) => {
-                        abort(&mut stream, &e);
-                        Attempt::FailedAfterSwitchOver(e)
-                    }
-                }
+            Ok(Received::Completed) => Attempt::Completed { post_copy: None },
+            Ok(Received::SwitchedOver { counts, migration }) => {
+                let pushed = receive_pushed(&mut stream, regions, self.progress, counts);
+                self.ended(&mut stream, pushed, migration)
             }
             Err(e) => {
                 abort(&mut stream, &e);
@@ -167,8 +325,11 @@ impl<'a> MemoryReceiver<'a> {
         stream: &mut MemoryStream<TcpStream>,
         regions: &[Arc<Region>],
     ) -> Result<Received, MigrationError> {
-        let infos = match stream.receive()? {
-            Message::Begin { regions } => regions,
+        let (migration, infos) = match stream.receive()? {
+            Message::Begin { migration, regions } => {
+                self.progress.set_migration(migration);
+                (migration, regions)
+            }
             Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
             other => return Err(unexpected("Begin", &other)),
         };
@@ -180,7 +341,7 @@ impl<'a> MemoryReceiver<'a> {
         self.progress.set_state("receiving");
         std::thread::scope(|scope| {
             let installer = PageInstaller::start(scope, self.progress, self.thread_start)?;
-            self.receive_rounds(stream, regions, installer)
+            self.receive_rounds(stream, regions, installer, migration)
         })
     }
 
@@ -193,6 +354,7 @@ impl<'a> MemoryReceiver<'a> {
         stream: &mut MemoryStream<TcpStream>,
         regions: &[Arc<Region>],
         installer: PageInstaller<'_>,
+        migration: u64,
     ) -> Result<Received, MigrationError> {
         let (mut pages, mut bytes) = (0u64, 0u64);
         let mut installer = Some(installer);
@@ -262,6 +424,7 @@ impl<'a> MemoryReceiver<'a> {
                     } else {
                         Received::SwitchedOver {
                             counts: (pages, bytes),
+                            migration,
                         }
                     });
                 }
@@ -291,7 +454,35 @@ enum Received {
     SwitchedOver {
         /// Pages and page bytes received so far.
         counts: (u64, u64),
+        /// The migration's number (from `Begin`).
+        migration: u64,
     },
+}
+
+/// Tells the peer why this end gives up (unless the peer gave up first).
+fn abort(stream: &mut MemoryStream<TcpStream>, e: &MigrationError) {
+    if !matches!(e, MigrationError::PeerAborted { .. }) {
+        let _ = stream.send(&Message::Abort {
+            reason: truncate(e.to_string(), crate::message::MAX_ABORT_REASON_LEN),
+        });
+    }
+}
+
+/// Post-copy, resumed: sends the pages still remote in each region (`Remote`), then `Ready`.
+fn list_remote(
+    stream: &mut MemoryStream<TcpStream>,
+    regions: &[Arc<Region>],
+) -> Result<(), MigrationError> {
+    for (ri, r) in regions.iter().enumerate() {
+        let runs = r.remote_page_runs()?;
+        for piece in runs.chunks(crate::message::MAX_REMOTE_RUNS) {
+            stream.queue(&Message::Remote {
+                region: ri as u32,
+                runs: piece.iter().map(|&(f, n)| (f as u64, n as u32)).collect(),
+            })?;
+        }
+    }
+    stream.send(&Message::Ready)
 }
 
 /// `runs` (checked to fit `r`) cut at `r`'s chunk boundaries, as (region page, count).

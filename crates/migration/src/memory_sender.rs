@@ -15,13 +15,18 @@
 //! 4. the last round, `Finish`, and the destination's `Done` acknowledging exactly the pages
 //!    sent.
 //!
-//! Post-copy ([`SenderOptions::post_copy`]) replaces the last round: the pages changed since
-//! they were sent are only named (`Remote`), so the pause does not grow with them; after `Done`
+//! Post-copy ([`SenderOptions::post_copy`]; by default when the last round would take longer
+//! than [`AUTO_POST_COPY_ABOVE`](memvisor_control::AUTO_POST_COPY_ABOVE) at the measured
+//! rate) replaces the last round: the pages changed since they were sent are only named
+//! (`Remote`), so the pause does not grow with them; after `Done`
 //! (state `post-copy`) the VMM switches over and the destination's guest runs while this
 //! sender pushes those pages ([`PushPlan`]), the ones its faults wait for (`Want`) first, and
-//! ends with `Finish` and `Done` again. A failure after the switch-over cannot be undone: the
-//! destination's accesses to the pages that did not arrive keep waiting, this guest stays
-//! paused, and nothing is written anywhere twice.
+//! ends with `Finish` and `Done` again. If the connection fails during the push, the sender
+//! reconnects (state `post-copy-paused`, a try every [`RECONNECT_PAUSE`] until it gets through
+//! or is cancelled), resumes the migration by its number (`Resume`), checks that the pages the
+//! destination still lists as remote are ones it named, and pushes those. Any other failure
+//! after the switch-over cannot be undone: the destination's accesses to the pages that did
+//! not arrive keep waiting, this guest stays paused, and nothing is written anywhere twice.
 //!
 //! On any error, or [`SenderSignals::cancel`], the source sends `Abort` (if it still can) and
 //! stops tracking; its guest memory is untouched either way.
@@ -31,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use memvisor_control::PostCopy;
 use memvisor_pager::{MigrationPages, Region};
 
 use crate::memory_stream::MemoryStream;
@@ -38,7 +44,7 @@ use crate::message::Message;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
-use crate::page_runs::union_runs;
+use crate::page_runs::{first_uncovered, union_runs};
 use crate::push_plan::PushPlan;
 use crate::rate_limiter::RateLimiter;
 use crate::read_ahead::ReadAhead;
@@ -61,6 +67,8 @@ const BATCH_PAGES: usize = 256;
 const BATCH_RUNS: usize = 64;
 /// Pause between rounds once converged, waiting for the finish signal.
 const CONVERGED_PAUSE: Duration = Duration::from_millis(20);
+/// Post-copy: pause before each try to reconnect after the connection failed.
+pub const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// How a source migration runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +77,9 @@ pub struct SenderOptions {
     pub max_bandwidth: Option<u64>,
     /// Converged once one round's changes would go in this long.
     pub downtime_limit: Duration,
-    /// Post-copy: the last round names the changed pages instead of sending them, and they
-    /// follow after the switch-over (see the module documentation).
-    pub post_copy: bool,
+    /// When the last round names the changed pages instead of sending them, and they follow
+    /// after the switch-over (see the module documentation).
+    pub post_copy: PostCopy,
 }
 
 /// What other threads tell a running sender.
@@ -124,6 +132,11 @@ impl SenderSignals {
 pub struct MemorySender<'a> {
     regions: &'a [Arc<Region>],
     stream: MemoryStream<TcpStream>,
+    /// The destination's address and the key, to reconnect (post-copy).
+    to: SocketAddr,
+    key: &'a MigrationKey,
+    /// This migration's random number, in `Begin` and any `Resume`.
+    migration: u64,
     options: SenderOptions,
     signals: &'a SenderSignals,
     progress: &'a MigrationProgress,
@@ -132,6 +145,9 @@ pub struct MemorySender<'a> {
     pages_sent: u64,
     /// Page bytes sent in all.
     bytes_sent: u64,
+    /// `pages_sent` and `bytes_sent` when the connection began (a `Done` counts the pages of
+    /// its connection).
+    sent_before_connection: (u64, u64),
     /// Run first by the threads the sender starts (round 0's read-ahead).
     thread_start: fn(),
 }
@@ -143,7 +159,7 @@ impl<'a> MemorySender<'a> {
     pub fn run(
         regions: &'a [Arc<Region>],
         to: SocketAddr,
-        key: &MigrationKey,
+        key: &'a MigrationKey,
         options: SenderOptions,
         signals: &'a SenderSignals,
         progress: &'a MigrationProgress,
@@ -181,29 +197,29 @@ impl<'a> MemorySender<'a> {
     fn connect(
         regions: &'a [Arc<Region>],
         to: SocketAddr,
-        key: &MigrationKey,
+        key: &'a MigrationKey,
         options: SenderOptions,
         signals: &'a SenderSignals,
         progress: &'a MigrationProgress,
         thread_start: fn(),
     ) -> Result<Self, MigrationError> {
-        let io = |context: String| move |source| MigrationError::Io { context, source };
-        let tcp = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
-            .map_err(io(format!("connecting to the destination {to}")))?;
-        let _ = tcp.set_nodelay(true);
-        tcp.set_read_timeout(Some(IO_TIMEOUT))
-            .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
-            .map_err(io(format!("setting timeouts on the connection to {to}")))?;
-        let stream = MemoryStream::handshake(tcp, key, Role::Source)?;
+        let mut migration = [0u8; 8];
+        getrandom::fill(&mut migration)
+            .map_err(|error| MigrationError::Random(error.to_string()))?;
+        progress.set_migration(u64::from_le_bytes(migration));
         Ok(Self {
             regions,
-            stream,
+            stream: open_stream(to, key)?,
+            to,
+            key,
+            migration: u64::from_le_bytes(migration),
             options,
             signals,
             progress,
             limiter: RateLimiter::new(options.max_bandwidth),
             pages_sent: 0,
             bytes_sent: 0,
+            sent_before_connection: (0, 0),
             thread_start,
         })
     }
@@ -218,7 +234,10 @@ impl<'a> MemorySender<'a> {
                 page_size: memvisor_pager::page_size() as u32,
             })
             .collect();
-        self.stream.send(&Message::Begin { regions: infos })?;
+        self.stream.send(&Message::Begin {
+            migration: self.migration,
+            regions: infos,
+        })?;
         match self.stream.receive()? {
             Message::Ready => {}
             Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
@@ -243,14 +262,25 @@ impl<'a> MemorySender<'a> {
         loop {
             self.check_cancel()?;
             let finishing = self.signals.finishing();
+            // Whether this round takes the pages changed since the last one itself.
+            let mut take = true;
             if finishing {
                 self.progress.set_state("finishing");
-                if self.options.post_copy {
-                    remote = self.send_remote(&mut unsent)?;
-                    break;
+                if self.options.post_copy != PostCopy::Never {
+                    // The last round's pages, whose number decides.
+                    let last = self.last_round_pages(&mut unsent)?;
+                    let pages: u64 = last.iter().flatten().map(|r| r.1 as u64).sum();
+                    let bytes = pages * memvisor_pager::page_size() as u64;
+                    let sending = Duration::from_secs_f64(bytes as f64 / rate.max(1.0));
+                    if self.options.post_copy.applies(pages, sending) {
+                        remote = self.send_remote(last)?;
+                        break;
+                    }
+                    unsent = last;
+                    take = false;
                 }
             }
-            let (changed, cut_short) = self.send_changes(round, &mut unsent, finishing)?;
+            let (changed, cut_short) = self.send_changes(round, &mut unsent, finishing, take)?;
             round += 1;
             if finishing {
                 break;
@@ -272,7 +302,112 @@ impl<'a> MemorySender<'a> {
             return Ok(());
         }
         self.progress.set_state("post-copy");
-        self.push_remote(remote)
+        self.push_resuming(remote)
+    }
+
+    /// Post-copy, after the switch-over: pushes the pages `named` remote at the pause; if the
+    /// connection fails, reconnects and pushes what the destination still lacks, as often as
+    /// it takes.
+    fn push_resuming(&mut self, named: Vec<Vec<(usize, usize)>>) -> Result<(), MigrationError> {
+        let mut plan = named.clone();
+        loop {
+            let error = match self.push_remote(plan) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_connection_failure() && !self.signals.cancelled() => e,
+                Err(e) => return Err(e),
+            };
+            plan = self.resume(&named, error)?;
+            self.progress.set_state("post-copy");
+        }
+    }
+
+    /// Post-copy, the connection failed with `error`: tries to reconnect every
+    /// [`RECONNECT_PAUSE`] until the destination resumes the migration (or the sender is
+    /// cancelled, or a try fails other than by the connection). Returns the pages the
+    /// destination still lacks, per region.
+    fn resume(
+        &mut self,
+        named: &[Vec<(usize, usize)>],
+        mut error: MigrationError,
+    ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
+        loop {
+            self.progress.set_error(
+                format!(
+                    "post-copy connection lost after the switch-over ({error}); reconnecting to \
+                     {}",
+                    self.to
+                ),
+                false,
+            );
+            self.progress.set_state("post-copy-paused");
+            self.signals.pause(RECONNECT_PAUSE);
+            self.check_cancel()?;
+            match self.reconnect(named) {
+                Ok(left) => return Ok(left),
+                Err(e) if e.is_connection_failure() => error = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One try to resume post-copy over a new connection: `Resume`, then the destination's
+    /// pages still remote (`Remote` messages up to `Ready`), each checked to be among those
+    /// `named` at the pause.
+    fn reconnect(
+        &mut self,
+        named: &[Vec<(usize, usize)>],
+    ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
+        self.stream = open_stream(self.to, self.key)?;
+        self.sent_before_connection = (self.pages_sent, self.bytes_sent);
+        self.stream.send(&Message::Resume {
+            migration: self.migration,
+        })?;
+        let mut left = vec![Vec::new(); self.regions.len()];
+        let named_pages: u64 = named.iter().flatten().map(|r| r.1 as u64).sum();
+        let mut listed = 0u64;
+        loop {
+            match self.stream.receive()? {
+                Message::Remote { region, runs } => {
+                    // More pages than were named cannot all be named: refused before they are
+                    // kept (the list's memory stays bounded by what this source named).
+                    listed += runs.iter().map(|r| u64::from(r.1)).sum::<u64>();
+                    if listed > named_pages {
+                        let (first, n) = runs[0];
+                        return Err(MigrationError::RemoteMismatch {
+                            region,
+                            first,
+                            end: first.saturating_add(u64::from(n)),
+                        });
+                    }
+                    let Some(runs_left) = left.get_mut(region as usize) else {
+                        return Err(MigrationError::RegionMismatch {
+                            reason: format!(
+                                "the destination lists remote pages of region {region}, but \
+                                 there are {}",
+                                self.regions.len()
+                            ),
+                        });
+                    };
+                    runs_left.extend(runs.iter().map(|&(f, n)| (f as usize, n as usize)));
+                }
+                Message::Ready => break,
+                Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
+                other => return Err(unexpected("Remote or Ready", &other)),
+            }
+        }
+        for (ri, (named, left)) in named.iter().zip(&left).enumerate() {
+            if let Some((first, n)) = first_uncovered(named, left) {
+                return Err(MigrationError::RemoteMismatch {
+                    region: ri as u32,
+                    first: first as u64,
+                    end: first as u64 + n as u64,
+                });
+            }
+        }
+        self.progress
+            .set_remote_pages(left.iter().flatten().map(|r| r.1 as u64).sum());
+        self.sync_wire_bytes();
+        Ok(left)
     }
 
     /// Sends `Finish` and waits for the destination's `Done`, which must acknowledge every
@@ -282,15 +417,13 @@ impl<'a> MemorySender<'a> {
         self.sync_wire_bytes();
         loop {
             return match self.stream.receive()? {
-                Message::Done { pages, bytes }
-                    if pages == self.pages_sent && bytes == self.bytes_sent =>
-                {
+                Message::Done { pages, bytes } if (pages, bytes) == self.sent_on_connection() => {
                     self.sync_wire_bytes();
                     Ok(())
                 }
                 Message::Done { pages, bytes } => Err(MigrationError::Incomplete {
-                    sent_pages: self.pages_sent,
-                    sent_bytes: self.bytes_sent,
+                    sent_pages: self.sent_on_connection().0,
+                    sent_bytes: self.sent_on_connection().1,
                     acknowledged_pages: pages,
                     acknowledged_bytes: bytes,
                 }),
@@ -301,19 +434,33 @@ impl<'a> MemorySender<'a> {
         }
     }
 
-    /// Post-copy, the guest paused: names every page changed since it was sent (and those a
-    /// round cut short had still to send) as `Remote`, instead of sending it. Returns them per
-    /// region.
-    fn send_remote(
+    /// The guest paused: per region, every page changed since it was sent, with those a round
+    /// cut short had still to send (`unsent`, which it empties): the last round's pages.
+    fn last_round_pages(
         &mut self,
         unsent: &mut [Vec<(usize, usize)>],
     ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
-        let mut remote = Vec::with_capacity(self.regions.len());
-        let mut named = 0u64;
+        let mut pages = Vec::with_capacity(self.regions.len());
         for (ri, region) in self.regions.iter().enumerate() {
             let taken = region.take_changed_pages()?;
             let pages_per_chunk = region.chunk_size() / memvisor_pager::page_size();
-            let runs = union_runs(&std::mem::take(&mut unsent[ri]), &taken, pages_per_chunk);
+            pages.push(union_runs(
+                &std::mem::take(&mut unsent[ri]),
+                &taken,
+                pages_per_chunk,
+            ));
+        }
+        Ok(pages)
+    }
+
+    /// Post-copy, the guest paused: names the last round's pages (`last`, per region) as
+    /// `Remote` instead of sending them. Returns them.
+    fn send_remote(
+        &mut self,
+        last: Vec<Vec<(usize, usize)>>,
+    ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
+        let mut named = 0u64;
+        for (ri, runs) in last.iter().enumerate() {
             for piece in runs.chunks(crate::message::MAX_REMOTE_RUNS) {
                 self.stream.queue(&Message::Remote {
                     region: ri as u32,
@@ -321,11 +468,11 @@ impl<'a> MemorySender<'a> {
                 })?;
             }
             named += runs.iter().map(|r| r.1 as u64).sum::<u64>();
-            remote.push(runs);
         }
         self.progress.set_last_round_changed(named);
         self.progress.set_remote_pages(named);
-        Ok(remote)
+        self.progress.set_post_copy_pages(named);
+        Ok(last)
     }
 
     /// Post-copy, after the switch-over: sends the pages named remote, wanted ones first, each
@@ -376,6 +523,14 @@ impl<'a> MemorySender<'a> {
         self.finish_and_wait_done()
     }
 
+    /// Pages and page bytes sent over the current connection.
+    fn sent_on_connection(&self) -> (u64, u64) {
+        (
+            self.pages_sent - self.sent_before_connection.0,
+            self.bytes_sent - self.sent_before_connection.1,
+        )
+    }
+
     fn check_cancel(&self) -> Result<(), MigrationError> {
         if self.signals.cancelled() {
             return Err(MigrationError::Cancelled);
@@ -410,13 +565,15 @@ impl<'a> MemorySender<'a> {
     /// empties). Unless it is the `last`, it stops early once the guest has paused (finish
     /// signalled), leaving in `unsent` the pages it had still to send: the last round, which
     /// follows at once, sends them with the pages changed since, each page once (a page
-    /// changed again since is not sent twice). Returns how many pages it took on and whether
-    /// it stopped early.
+    /// changed again since is not sent twice). Without `take`, it sends only `unsent` (the
+    /// last round's pages, taken already). Returns how many pages it took on and whether it
+    /// stopped early.
     fn send_changes(
         &mut self,
         round: u32,
         unsent: &mut [Vec<(usize, usize)>],
         last: bool,
+        take: bool,
     ) -> Result<(u64, bool), MigrationError> {
         let before = self.pages_sent;
         let mut changed = 0;
@@ -425,7 +582,7 @@ impl<'a> MemorySender<'a> {
         // network stack on this thread) and the receiver wakes per segment, not per frame.
         set_cork(self.stream.get_ref(), true);
         let sent = self
-            .send_changed_runs(&mut changed, unsent, last)
+            .send_changed_runs(&mut changed, unsent, last, take)
             .and_then(|cut_short| {
                 self.progress.set_last_round_changed(changed);
                 self.end_round(round, self.pages_sent - before)?;
@@ -444,9 +601,14 @@ impl<'a> MemorySender<'a> {
         changed: &mut u64,
         unsent: &mut [Vec<(usize, usize)>],
         last: bool,
+        take: bool,
     ) -> Result<bool, MigrationError> {
         for (ri, region) in self.regions.iter().enumerate() {
-            let taken = region.take_changed_pages()?;
+            let taken = if take {
+                region.take_changed_pages()?
+            } else {
+                Vec::new()
+            };
             let runs = if unsent[ri].is_empty() {
                 taken
             } else {
@@ -578,6 +740,22 @@ impl<'a> MemorySender<'a> {
         self.progress
             .set_wire_bytes(self.stream.bytes_sent() + self.stream.bytes_received());
     }
+}
+
+/// Connects to the destination `to`, sets the connection's timeouts and authenticates it
+/// with `key`.
+fn open_stream(
+    to: SocketAddr,
+    key: &MigrationKey,
+) -> Result<MemoryStream<TcpStream>, MigrationError> {
+    let io = |context: String| move |source| MigrationError::Io { context, source };
+    let tcp = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
+        .map_err(io(format!("connecting to the destination {to}")))?;
+    let _ = tcp.set_nodelay(true);
+    tcp.set_read_timeout(Some(IO_TIMEOUT))
+        .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
+        .map_err(io(format!("setting timeouts on the connection to {to}")))?;
+    MemoryStream::handshake(tcp, key, Role::Source)
 }
 
 /// Sets `TCP_CORK` on `tcp` (best effort: without it frames go out one by one, as before).

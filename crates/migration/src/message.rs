@@ -28,10 +28,14 @@ pub enum Message {
     /// Source → destination, first message: the guest memory regions, at most
     /// [`MAX_REGIONS`].
     Begin {
+        /// A random number naming this migration: a post-copy source reconnecting after a
+        /// broken connection resumes it by this number ([`Message::Resume`]).
+        migration: u64,
         /// The regions, in order; messages name them by index.
         regions: Vec<RegionInfo>,
     },
-    /// Destination → source: the regions match; go on.
+    /// Destination → source: the regions match; go on (after `Begin`), or the pages still
+    /// remote here follow no more (after `Resume`).
     Ready,
     /// Pages of a region, in runs of consecutive pages, with the CRC32C of each page. Build
     /// one with [`Message::pages`] (one run) or [`Message::page_runs`].
@@ -81,7 +85,8 @@ pub enum Message {
     },
     /// Source → destination, post-copy, while the guest is paused: these pages changed since
     /// they were sent and their content follows after the switch-over; until it comes, the
-    /// destination's accesses to them wait.
+    /// destination's accesses to them wait. Destination → source after `Resume`: these pages
+    /// are still remote here.
     Remote {
         /// The region's index in `Begin`.
         region: u32,
@@ -96,6 +101,13 @@ pub enum Message {
         region: u32,
         /// Page numbers, at least one and at most [`MAX_WANT_PAGES`], in any order.
         pages: Vec<u64>,
+    },
+    /// Source → destination, first message of a connection that resumes a post-copy push
+    /// after the last one broke; the destination answers with its remote pages (`Remote`)
+    /// and `Ready`, or `Abort` if it waits for no such migration.
+    Resume {
+        /// The number the migration's `Begin` gave.
+        migration: u64,
     },
 }
 
@@ -137,6 +149,7 @@ impl Message {
             Message::Abort { .. } => MessageKind::Abort,
             Message::Remote { .. } => MessageKind::Remote,
             Message::Want { .. } => MessageKind::Want,
+            Message::Resume { .. } => MessageKind::Resume,
         }
     }
 
@@ -161,7 +174,7 @@ impl Message {
     /// Which message rule this breaks, if any.
     fn problem(&self) -> Option<String> {
         match self {
-            Message::Begin { regions } => {
+            Message::Begin { regions, .. } => {
                 if regions.len() > MAX_REGIONS {
                     return Some(format!(
                         "{} regions, over the limit of {MAX_REGIONS}",
@@ -321,7 +334,8 @@ pub fn encode_payload_into(message: &Message, out: &mut Vec<u8>) {
 /// The stream sends the page data from where it is, without copying it.
 pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -> &'a [u8] {
     match message {
-        Message::Begin { regions } => {
+        Message::Begin { migration, regions } => {
+            out.extend_from_slice(&migration.to_le_bytes());
             out.extend_from_slice(&saturating_u32(regions.len()).to_le_bytes());
             for region in regions {
                 put_string(out, &region.name);
@@ -330,6 +344,7 @@ pub(crate) fn encode_payload_head<'a>(message: &'a Message, out: &mut Vec<u8>) -
             }
         }
         Message::Ready | Message::Finish => {}
+        Message::Resume { migration } => out.extend_from_slice(&migration.to_le_bytes()),
         Message::Pages {
             region,
             page_size,
@@ -446,6 +461,9 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Message, MigrationErro
         },
         MessageKind::Remote => decode_remote(&mut reader)?,
         MessageKind::Want => decode_want(&mut reader)?,
+        MessageKind::Resume => Message::Resume {
+            migration: reader.u64("migration")?,
+        },
     };
     if let Some(problem) = message.problem() {
         return Err(reader.malformed(problem));
@@ -457,10 +475,11 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Message, MigrationErro
 
 /// Decodes a `Begin` payload.
 fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationError> {
+    let migration = reader.u64("migration")?;
     let count = reader.u32("region count")?;
     if count as usize > MAX_REGIONS {
         return Err(reader.malformed(format!(
-            "region count {count} at byte offset 0 is over the limit of {MAX_REGIONS}"
+            "region count {count} at byte offset 8 is over the limit of {MAX_REGIONS}"
         )));
     }
     let mut regions = Vec::with_capacity(count as usize);
@@ -474,7 +493,7 @@ fn decode_begin(reader: &mut PayloadReader<'_>) -> Result<Message, MigrationErro
             page_size,
         });
     }
-    Ok(Message::Begin { regions })
+    Ok(Message::Begin { migration, regions })
 }
 
 /// Reads `count` items of `item_len` bytes each from `reader` after checking that they are
@@ -671,9 +690,15 @@ fn saturating_u32(len: usize) -> u32 {
 impl fmt::Debug for Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Message::Begin { regions } => {
-                f.debug_struct("Begin").field("regions", regions).finish()
-            }
+            Message::Begin { migration, regions } => f
+                .debug_struct("Begin")
+                .field("migration", &format_args!("{migration:#018x}"))
+                .field("regions", regions)
+                .finish(),
+            Message::Resume { migration } => f
+                .debug_struct("Resume")
+                .field("migration", &format_args!("{migration:#018x}"))
+                .finish(),
             Message::Ready => f.write_str("Ready"),
             Message::Pages {
                 region,
@@ -755,6 +780,7 @@ mod tests {
         }
         vec![
             Message::Begin {
+                migration: 0x0123_4567_89ab_cdef,
                 regions: vec![
                     RegionInfo {
                         name: "pc.ram".into(),
@@ -768,7 +794,10 @@ mod tests {
                     },
                 ],
             },
-            Message::Begin { regions: vec![] },
+            Message::Begin {
+                migration: 0,
+                regions: vec![],
+            },
             Message::Ready,
             Message::pages(1, 77, 4096, data.clone()),
             Message::page_runs(0, 4096, vec![(3, 1), (4, 1), (10, 1)], data),
@@ -799,6 +828,9 @@ mod tests {
             Message::Want {
                 region: 0,
                 pages: vec![12, 3, 12],
+            },
+            Message::Resume {
+                migration: u64::MAX,
             },
         ]
     }
@@ -922,8 +954,8 @@ mod tests {
             Err(MigrationError::UnknownKind { kind: 0 })
         ));
         assert!(matches!(
-            decode_payload(11, &[]),
-            Err(MigrationError::UnknownKind { kind: 11 })
+            decode_payload(12, &[]),
+            Err(MigrationError::UnknownKind { kind: 12 })
         ));
         let error = decode_payload(MessageKind::Ready.to_byte(), &[0]).unwrap_err();
         assert!(error.to_string().contains("1 trailing bytes"), "{error}");
@@ -958,10 +990,15 @@ mod tests {
             Some(PAGES_FIELDS_LEN + (u32::MAX as usize) * (RUN_LEN + 4))
         );
         // A Begin claiming many regions.
-        let error = decode_payload(MessageKind::Begin.to_byte(), &u32::MAX.to_le_bytes())
+        let mut payload = 7u64.to_le_bytes().to_vec();
+        payload.extend_from_slice(&u32::MAX.to_le_bytes());
+        let error = decode_payload(MessageKind::Begin.to_byte(), &payload)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("over the limit of 64"), "{error}");
+        assert!(
+            error.contains("region count 4294967295 at byte offset 8 is over the limit of 64"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -1037,6 +1074,7 @@ mod tests {
                 pages: vec![1; MAX_WANT_PAGES + 1],
             },
             Message::Begin {
+                migration: 1,
                 regions: vec![
                     RegionInfo {
                         name: "r".into(),

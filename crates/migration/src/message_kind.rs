@@ -24,11 +24,13 @@ pub enum MessageKind {
     Remote = 9,
     /// [`crate::Message::Want`].
     Want = 10,
+    /// [`crate::Message::Resume`].
+    Resume = 11,
 }
 
 impl MessageKind {
     /// Every kind, in type-byte order.
-    pub const ALL: [MessageKind; 10] = [
+    pub const ALL: [MessageKind; 11] = [
         MessageKind::Begin,
         MessageKind::Ready,
         MessageKind::Pages,
@@ -39,6 +41,7 @@ impl MessageKind {
         MessageKind::Abort,
         MessageKind::Remote,
         MessageKind::Want,
+        MessageKind::Resume,
     ];
 
     /// The kind a type byte names, if any.
@@ -54,6 +57,7 @@ impl MessageKind {
             8 => Some(MessageKind::Abort),
             9 => Some(MessageKind::Remote),
             10 => Some(MessageKind::Want),
+            11 => Some(MessageKind::Resume),
             _ => None,
         }
     }
@@ -76,6 +80,7 @@ impl MessageKind {
             MessageKind::Abort => "Abort",
             MessageKind::Remote => "Remote",
             MessageKind::Want => "Want",
+            MessageKind::Resume => "Resume",
         }
     }
 

@@ -228,6 +228,34 @@ pub enum MigrationError {
         left: usize,
     },
 
+    /// Post-copy recovery: a resumed connection's destination lists a page as remote that
+    /// this source did not name at the pause (another migration's destination, or a bug).
+    #[error(
+        "the destination lists pages {first}..{end} of region {region} as remote, which this \
+         source did not name at the pause"
+    )]
+    RemoteMismatch {
+        /// The region's index.
+        region: u32,
+        /// The run's first page.
+        first: u64,
+        /// One past its last page.
+        end: u64,
+    },
+
+    /// Post-copy recovery: a destination waiting for its source to resume was offered
+    /// something else.
+    #[error(
+        "this destination's guest runs on post-copy migration {migration:#018x}; it takes only \
+         that migration's resume, a {got} is refused"
+    )]
+    AwaitingResume {
+        /// The number of the migration that waits.
+        migration: u64,
+        /// What came instead ("Begin", "Resume of migration 0x...").
+        got: String,
+    },
+
     /// The migration was cancelled on this side.
     #[error("cancelled")]
     Cancelled,
@@ -238,6 +266,23 @@ pub enum MigrationError {
 }
 
 impl MigrationError {
+    /// Whether this is the connection's failure (broken, timed out, cut short, frames that do
+    /// not verify or decode), not either end's: a post-copy push may go on over a new
+    /// connection after it.
+    pub fn is_connection_failure(&self) -> bool {
+        matches!(
+            self,
+            MigrationError::Io { .. }
+                | MigrationError::UnexpectedEnd { .. }
+                | MigrationError::Integrity { .. }
+                | MigrationError::FrameTooLarge { .. }
+                | MigrationError::FrameHeader { .. }
+                | MigrationError::UnknownKind { .. }
+                | MigrationError::Malformed { .. }
+                | MigrationError::Checksum { .. }
+        )
+    }
+
     /// An [`UnexpectedEnd`](Self::UnexpectedEnd) of a part read at byte `offset` of a larger
     /// record of `expected` bytes, told in bytes of that record; other errors as they are.
     pub(crate) fn within(self, offset: usize, expected: usize) -> Self {

@@ -14,6 +14,7 @@ use crate::role::Role;
 #[derive(Debug)]
 pub struct MigrationProgress {
     role: Role,
+    migration: AtomicU64,
     peer: Mutex<String>,
     state: Mutex<(&'static str, Option<String>)>,
     started: Instant,
@@ -27,6 +28,7 @@ pub struct MigrationProgress {
     pages_to_memory: AtomicU64,
     pages_to_swap: AtomicU64,
     remote_pages: AtomicU64,
+    post_copy_pages: AtomicU64,
     wanted_pages: AtomicU64,
 }
 
@@ -35,6 +37,7 @@ impl MigrationProgress {
     pub fn new(role: Role, state: &'static str) -> Self {
         Self {
             role,
+            migration: AtomicU64::new(0),
             peer: Mutex::new(String::new()),
             state: Mutex::new((state, None)),
             started: Instant::now(),
@@ -47,6 +50,7 @@ impl MigrationProgress {
             pages_to_memory: AtomicU64::new(0),
             pages_to_swap: AtomicU64::new(0),
             remote_pages: AtomicU64::new(0),
+            post_copy_pages: AtomicU64::new(0),
             wanted_pages: AtomicU64::new(0),
         }
     }
@@ -78,6 +82,11 @@ impl MigrationProgress {
     /// The current state's name.
     pub fn state(&self) -> &'static str {
         self.state.lock().map(|s| s.0).unwrap_or("failed")
+    }
+
+    /// Sets the migration's number (from the source's `Begin`).
+    pub fn set_migration(&self, migration: u64) {
+        self.migration.store(migration, Ordering::Relaxed);
     }
 
     /// Sets the peer's address.
@@ -117,6 +126,11 @@ impl MigrationProgress {
         self.remote_pages.store(n, Ordering::Relaxed);
     }
 
+    /// Source: `n` pages were named at the pause, to follow after the switch-over.
+    pub fn set_post_copy_pages(&self, n: u64) {
+        self.post_copy_pages.store(n, Ordering::Relaxed);
+    }
+
     /// Post-copy: `n` more pages were asked for by faults waiting on the destination.
     pub fn add_wanted_pages(&self, n: u64) {
         self.wanted_pages.fetch_add(n, Ordering::Relaxed);
@@ -138,6 +152,7 @@ impl MigrationProgress {
             &self.pages_to_memory,
             &self.pages_to_swap,
             &self.remote_pages,
+            &self.post_copy_pages,
             &self.wanted_pages,
         ] {
             c.store(0, Ordering::Relaxed);
@@ -155,6 +170,7 @@ impl MigrationProgress {
         let ended = self.ended_ms.load(Ordering::Relaxed);
         MigrationStatus {
             role: self.role.to_string(),
+            migration: self.migration.load(Ordering::Relaxed),
             state: state.to_string(),
             peer: self.peer.lock().map(|p| p.clone()).unwrap_or_default(),
             rounds: self.rounds.load(Ordering::Relaxed),
@@ -165,6 +181,7 @@ impl MigrationProgress {
             pages_to_memory: self.pages_to_memory.load(Ordering::Relaxed),
             pages_to_swap: self.pages_to_swap.load(Ordering::Relaxed),
             remote_pages: self.remote_pages.load(Ordering::Relaxed),
+            post_copy_pages: self.post_copy_pages.load(Ordering::Relaxed),
             wanted_pages: self.wanted_pages.load(Ordering::Relaxed),
             elapsed_ms: if ended > 0 {
                 ended

@@ -48,10 +48,77 @@ pub(crate) fn union_runs(
     out
 }
 
+/// The first run of `inner` with a page that no run of `outer` (sorted, not overlapping)
+/// holds, if any. `inner` may come in any order.
+///
+/// A resumed post-copy source uses it: every page the destination lists as still remote must
+/// be one the source named at the pause.
+pub(crate) fn first_uncovered(
+    outer: &[(usize, usize)],
+    inner: &[(usize, usize)],
+) -> Option<(usize, usize)> {
+    for &(first, count) in inner {
+        // A run past the largest page number holds pages no run can.
+        let Some(end) = first.checked_add(count) else {
+            return Some((first, count));
+        };
+        let mut at = first;
+        while at < end {
+            // The last outer run starting at or before `at`.
+            let i = outer.partition_point(|&(start, _)| start <= at);
+            match i.checked_sub(1).map(|i| outer[i]) {
+                Some((start, len)) if at < start + len => at = start + len,
+                _ => return Some((first, count)),
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn uncovered_runs_are_found_against_a_set_model() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        for _ in 0..500 {
+            let mut outer = Vec::new();
+            let mut at = next(4);
+            for _ in 0..next(8) {
+                let n = 1 + next(5);
+                outer.push((at, n));
+                // Touching runs too: they cover one stretch together.
+                at += n + next(3);
+            }
+            let set = pages(&outer);
+            let inner: Vec<(usize, usize)> =
+                (0..next(5)).map(|_| (next(40), 1 + next(6))).collect();
+            let model = inner
+                .iter()
+                .copied()
+                .find(|&(f, n)| (f..f + n).any(|p| !set.contains(&p)));
+            assert_eq!(
+                first_uncovered(&outer, &inner),
+                model,
+                "{outer:?} {inner:?}"
+            );
+        }
+        assert_eq!(first_uncovered(&[], &[]), None);
+        assert_eq!(first_uncovered(&[], &[(0, 1)]), Some((0, 1)));
+        assert_eq!(first_uncovered(&[(0, 4), (4, 4)], &[(2, 5)]), None);
+        assert_eq!(
+            first_uncovered(&[(0, 4)], &[(usize::MAX, 2)]),
+            Some((usize::MAX, 2))
+        );
+    }
 
     fn pages(runs: &[(usize, usize)]) -> BTreeSet<usize> {
         runs.iter().flat_map(|&(f, n)| f..f + n).collect()

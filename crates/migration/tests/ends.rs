@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memvisor_control::PostCopy;
 use memvisor_migration::{
     MemoryReceiver, MemorySender, MigrationKey, MigrationProgress, Role, SenderOptions,
     SenderSignals,
@@ -66,17 +67,15 @@ impl Xorshift {
 }
 
 /// A receiver's thread: its result once it served one migration (or failed for good).
-type ReceiverThread = std::thread::JoinHandle<Result<(), memvisor_migration::MigrationError>>;
+type ReceiverThread =
+    std::thread::JoinHandle<Result<memvisor_migration::Served, memvisor_migration::MigrationError>>;
 
 /// A receiver serving `listener` into `regions` on a thread; its progress.
 fn serve(
     listener: TcpListener,
     key: MigrationKey,
     regions: Vec<Arc<Region>>,
-) -> (
-    Arc<MigrationProgress>,
-    std::thread::JoinHandle<Result<(), memvisor_migration::MigrationError>>,
-) {
+) -> (Arc<MigrationProgress>, ReceiverThread) {
     let progress = Arc::new(MigrationProgress::new(Role::Destination, "listening"));
     let p = progress.clone();
     let t = std::thread::spawn(move || {
@@ -142,23 +141,44 @@ fn send(
     signals: &SenderSignals,
     progress: &MigrationProgress,
 ) {
+    run_sender(src, addr, key, options(), signals, progress).unwrap();
+}
+
+/// Runs the source end for `src` to `addr` with `options`; its result.
+fn run_sender(
+    src: &Arc<Region>,
+    addr: SocketAddr,
+    key: &MigrationKey,
+    options: SenderOptions,
+    signals: &SenderSignals,
+    progress: &MigrationProgress,
+) -> Result<(), memvisor_migration::MigrationError> {
     MemorySender::run(
         std::slice::from_ref(src),
         addr,
         key,
-        options(),
+        options,
         signals,
         progress,
         no_thread_start,
     )
-    .unwrap();
+}
+
+/// Waits (30 s at most) until `progress` is in `state`; a migration over first fails the test.
+fn wait_for_state(progress: &MigrationProgress, state: &str) {
+    let start = Instant::now();
+    while progress.status().state != state {
+        assert!(!progress.status().is_over(), "{:?}", progress.status());
+        assert!(start.elapsed() < Duration::from_secs(30), "never {state}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 fn options() -> SenderOptions {
     SenderOptions {
         max_bandwidth: None,
         downtime_limit: Duration::from_millis(300),
-        post_copy: false,
+        post_copy: PostCopy::Never,
     }
 }
 
@@ -229,15 +249,7 @@ fn refused_attempts_leave_the_receiver_listening_and_empty() {
     let (dst_progress, receiver) = serve(l, key.clone(), vec![dst.clone()]);
     let send = |from: &Arc<Region>, key: &MigrationKey, signals: &SenderSignals| {
         let progress = MigrationProgress::new(Role::Source, "connecting");
-        let r = MemorySender::run(
-            std::slice::from_ref(from),
-            addr,
-            key,
-            options(),
-            signals,
-            &progress,
-            no_thread_start,
-        );
+        let r = run_sender(from, addr, key, options(), signals, &progress);
         (r, progress.status())
     };
     let last_error = std::cell::RefCell::new(None::<String>);
@@ -488,7 +500,7 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
         // Slow enough that the destination finds pages still remote.
         max_bandwidth: Some(16 << 20),
         downtime_limit: Duration::from_millis(300),
-        post_copy: true,
+        post_copy: PostCopy::Always,
     };
     let mut expected = Vec::new();
     let mut guest_writes = Vec::new();
@@ -508,10 +520,7 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
             // The source is paused from here on: its memory is what must arrive.
             let final_source = contents(&src);
             signals.finish();
-            while progress.status().state != "post-copy" {
-                assert!(!progress.status().is_over(), "{:?}", progress.status());
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for_state(&progress, "post-copy");
             // Switched over: the destination's guest runs, pages still arriving.
             let remote_at_start = dst.remote_pages();
             let mut rng = Xorshift(5);
@@ -536,16 +545,7 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
             }
             (final_source, writes, remote_at_start)
         });
-        MemorySender::run(
-            std::slice::from_ref(&src),
-            addr,
-            &key,
-            options,
-            &signals,
-            &progress,
-            no_thread_start,
-        )
-        .unwrap();
+        run_sender(&src, addr, &key, options, &signals, &progress).unwrap();
         let (final_source, writes, remote_at_start) = guest.join().unwrap();
         expected = final_source;
         guest_writes = writes;
@@ -591,7 +591,7 @@ fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
     let options = SenderOptions {
         max_bandwidth: Some(16 << 20),
         downtime_limit: Duration::from_secs(10),
-        post_copy: true,
+        post_copy: PostCopy::Always,
     };
     let result = std::thread::scope(|s| {
         s.spawn(|| {
@@ -612,15 +612,7 @@ fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
             std::thread::sleep(Duration::from_millis(50));
             signals.cancel();
         });
-        MemorySender::run(
-            std::slice::from_ref(&src),
-            addr,
-            &key,
-            options,
-            &signals,
-            &progress,
-            no_thread_start,
-        )
+        run_sender(&src, addr, &key, options, &signals, &progress)
     });
     assert!(result.is_err(), "the source was cancelled");
     let error = receiver.join().unwrap().unwrap_err().to_string();
@@ -631,4 +623,305 @@ fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
     assert!(left > 0 && left < pages, "{left} of {pages} pages remote");
     // What arrived stayed: not cleared for a retry.
     assert!(dst.stats().resident_pages > 0);
+}
+
+/// A TCP relay between a source and a destination that a test can cut (every connection
+/// through it is shut down) and take down (connections are closed as they come) and up again.
+struct Relay {
+    addr: SocketAddr,
+    down: Arc<AtomicBool>,
+    live: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Relay {
+    fn to(target: SocketAddr) -> Relay {
+        let (l, addr) = listener();
+        let down = Arc::new(AtomicBool::new(false));
+        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (d, lv, n) = (down.clone(), live.clone(), accepted.clone());
+        // Left running: it only relays, and ends with the test process.
+        std::thread::spawn(move || {
+            for client in l.incoming() {
+                let Ok(client) = client else { continue };
+                n.fetch_add(1, Ordering::Relaxed);
+                if d.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let pump = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    })
+                };
+                let mut live = lv.lock().unwrap();
+                live.push(client.try_clone().unwrap());
+                live.push(server.try_clone().unwrap());
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(server, client);
+            }
+        });
+        Relay {
+            addr,
+            down,
+            live,
+            accepted,
+        }
+    }
+
+    /// Breaks every connection through the relay, as a failed network would.
+    fn cut(&self) {
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Post-copy over a connection cut during the push: both ends wait (`post-copy-paused`), the
+/// destination's guest keeps reading (its reads of pages not yet there wait) and refuses any
+/// other migration meanwhile, the source reconnects once the network is back and resumes the
+/// push by the migration's number, and the destination ends with every byte.
+#[test]
+fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let src = region(&dir, 256, 32);
+    let dst = region(&dir, 256, 16);
+    let pages = src.len() / ps;
+    fill(&src, 0x7e57, |p| p % 7 != 0);
+    let (key, addr, dst_progress, receiver) = destination(12, &dst);
+    let relay = Relay::to(addr);
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let options = SenderOptions {
+        // 8 MiB at 16 MiB/s: the push is under way when the connection is cut.
+        max_bandwidth: Some(16 << 20),
+        downtime_limit: Duration::from_secs(10),
+        post_copy: PostCopy::Always,
+    };
+    let mut expected = Vec::new();
+    let mut refusals = Vec::new();
+    std::thread::scope(|s| {
+        let guest = s.spawn(|| {
+            let start = Instant::now();
+            wait_for_state(&progress, "converged");
+            // Every page changes before the pause: all of them follow the switch-over.
+            for p in 0..pages {
+                write(&src, p * ps + 24, &(p as u64 ^ 0x5a5a).to_le_bytes());
+            }
+            let final_source = contents(&src);
+            signals.finish();
+            wait_for_state(&progress, "post-copy");
+            std::thread::sleep(Duration::from_millis(100));
+            // The network fails for a while, and connections through it fail too.
+            relay.down.store(true, Ordering::Relaxed);
+            relay.cut();
+            let left_at_cut = dst.remote_pages();
+            let paused = |p: &MigrationProgress| p.status().state == "post-copy-paused";
+            while !paused(&progress) || !paused(&dst_progress) {
+                assert!(start.elapsed() < Duration::from_secs(60), "never paused");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Another migration, and a resume of another one, are refused meanwhile.
+            let other = run_sender(
+                &src,
+                addr,
+                &key,
+                options,
+                &SenderSignals::default(),
+                &MigrationProgress::new(Role::Source, "connecting"),
+            );
+            let tcp = std::net::TcpStream::connect(addr).unwrap();
+            let mut stream =
+                memvisor_migration::MemoryStream::handshake(tcp, &key, Role::Source).unwrap();
+            stream
+                .send(&memvisor_migration::Message::Resume { migration: 1 })
+                .unwrap();
+            let answer = stream.receive();
+            // Let the source's reconnecting fail a few times, then bring the network back.
+            let tries = relay.accepted.load(Ordering::Relaxed);
+            while relay.accepted.load(Ordering::Relaxed) < tries + 2 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            relay.down.store(false, Ordering::Relaxed);
+            // The guest reads every page meanwhile, the missing ones waiting for the resume.
+            for p in 0..pages {
+                let mut page = vec![0u8; ps];
+                // SAFETY: inside the live region; the receiver only installs remote pages,
+                // which this read waits for.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(dst.as_ptr().add(p * ps), page.as_mut_ptr(), ps)
+                };
+                assert!(
+                    page == final_source[p * ps..(p + 1) * ps],
+                    "destination page {p} read across the resume"
+                );
+            }
+            (final_source, left_at_cut, other, answer)
+        });
+        run_sender(&src, relay.addr, &key, options, &signals, &progress).unwrap();
+        let (final_source, left_at_cut, other, answer) = guest.join().unwrap();
+        expected = final_source;
+        assert!(left_at_cut > 0, "pages were still remote at the cut");
+        refusals = vec![other.unwrap_err().to_string(), format!("{answer:?}")];
+    });
+    receiver.join().unwrap().unwrap();
+    for refusal in &refusals {
+        assert!(
+            refusal.contains("it takes only that migration's resume"),
+            "{refusal}"
+        );
+    }
+    assert!(
+        refusals[0].contains("a Begin is refused"),
+        "{}",
+        refusals[0]
+    );
+    assert!(
+        refusals[1].contains("a Resume of migration 0x0000000000000001 is refused"),
+        "{}",
+        refusals[1]
+    );
+    let (s, d) = (progress.status(), dst_progress.status());
+    assert_eq!(
+        (s.state.as_str(), d.state.as_str()),
+        ("completed", "completed")
+    );
+    assert_eq!(dst.remote_pages(), 0);
+    assert!(
+        contents(&dst) == expected,
+        "the destination holds the source's bytes"
+    );
+}
+
+/// The default, `PostCopy::Auto`: a last round of one changed page goes while the guest is
+/// paused (precopy); one of every page, which would take longer than naming them, is named and
+/// pushed after the switch-over. Both destinations end with every byte.
+#[test]
+fn auto_post_copies_only_a_long_last_round() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    for every_page in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        // All resident: the last writes are quick, so all of them fall in the last round.
+        let src = region(&dir, 256, 256);
+        let dst = region(&dir, 256, 16);
+        let pages = src.len() / ps;
+        fill(&src, 0xa070, |p| p % 3 != 0);
+        let (key, addr, _, receiver) = destination(14, &dst);
+        let signals = SenderSignals::default();
+        let progress = MigrationProgress::new(Role::Source, "connecting");
+        let options = SenderOptions {
+            post_copy: PostCopy::default(),
+            ..options()
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                wait_for_state(&progress, "converged");
+                let changed = if every_page { pages } else { 1 };
+                for p in 0..changed {
+                    write(&src, p * ps + 40, &[0xC3; 8]);
+                }
+                signals.finish();
+            });
+            run_sender(&src, addr, &key, options, &signals, &progress).unwrap();
+        });
+        receiver.join().unwrap().unwrap();
+        let s = progress.status();
+        if every_page {
+            assert_eq!(s.post_copy_pages, pages as u64, "{s:?}");
+        } else {
+            assert_eq!(s.post_copy_pages, 0, "{s:?}");
+            assert_eq!(s.last_round_changed_pages, 1, "{s:?}");
+        }
+        assert!(contents(&dst) == contents(&src), "every_page {every_page}");
+    }
+}
+
+/// A post-copy source whose last `Done` was lost reconnects and resumes: the destination,
+/// completed, answers it for a grace period (no page left, `Finish` answered by `Done` of
+/// nothing), and refuses a resume of any other migration.
+#[test]
+fn a_completed_post_copy_answers_a_late_resume() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let src = region(&dir, 64, 64);
+    let dst = region(&dir, 64, 64);
+    let pages = src.len() / ps;
+    fill(&src, 0x1a7e, |_| true);
+    let key = MigrationKey::from_bytes(&[15; 32]).unwrap();
+    let (l, addr) = listener();
+    let dst_progress = Arc::new(MigrationProgress::new(Role::Destination, "listening"));
+    let receiver = {
+        let (key, progress, regions) = (key.clone(), dst_progress.clone(), vec![dst.clone()]);
+        std::thread::spawn(move || {
+            let r = MemoryReceiver::new(&key, &progress, no_thread_start);
+            let served = r.serve(&l, || regions.clone())?;
+            if let Some(migration) = served.post_copy {
+                r.answer_late_resumes(&l, migration, Duration::from_secs(2));
+            }
+            Ok::<_, memvisor_migration::MigrationError>(served)
+        })
+    };
+    let signals = SenderSignals::default();
+    let progress = MigrationProgress::new(Role::Source, "connecting");
+    let options = SenderOptions {
+        post_copy: PostCopy::Always,
+        ..options()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_for_state(&progress, "converged");
+            for p in 0..pages {
+                write(&src, p * ps, &[0x5E; 8]);
+            }
+            signals.finish();
+        });
+        run_sender(&src, addr, &key, options, &signals, &progress).unwrap();
+    });
+    let migration = progress.status().migration;
+    assert_eq!(progress.status().post_copy_pages, pages as u64);
+    assert_eq!(dst_progress.status().migration, migration);
+    let resume = |number: u64| {
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        let mut stream =
+            memvisor_migration::MemoryStream::handshake(tcp, &key, Role::Source).unwrap();
+        stream
+            .send(&memvisor_migration::Message::Resume { migration: number })
+            .unwrap();
+        let answer = stream.receive().unwrap();
+        if answer == memvisor_migration::Message::Ready {
+            stream.send(&memvisor_migration::Message::Finish).unwrap();
+            return vec![answer, stream.receive().unwrap()];
+        }
+        vec![answer]
+    };
+    assert_eq!(
+        resume(migration),
+        [
+            memvisor_migration::Message::Ready,
+            memvisor_migration::Message::Done { pages: 0, bytes: 0 }
+        ]
+    );
+    let other = format!("{:?}", resume(migration ^ 1));
+    assert!(
+        other.contains("it takes only that migration's resume"),
+        "{other}"
+    );
+    let served = receiver.join().unwrap().unwrap();
+    assert_eq!(served.post_copy, Some(migration));
+    assert_eq!(dst_progress.status().state, "completed");
+    assert!(contents(&dst) == contents(&src));
 }

@@ -37,6 +37,7 @@ impl XorShift {
 fn seeds() -> Vec<Vec<u8>> {
     let messages = vec![
         Message::Begin {
+            migration: 0xfeed,
             regions: vec![
                 RegionInfo {
                     name: "pc.ram".into(),
@@ -50,7 +51,11 @@ fn seeds() -> Vec<Vec<u8>> {
                 },
             ],
         },
-        Message::Begin { regions: vec![] },
+        Message::Begin {
+            migration: 1,
+            regions: vec![],
+        },
+        Message::Resume { migration: 0xfeed },
         Message::Ready,
         Message::pages(2, 9, 4096, vec![0; 4096]),
         Message::pages(0, 1, 4096, (0..8192u32).map(|i| (i % 253) as u8).collect()),

@@ -85,6 +85,7 @@ fn patterned(len: usize, seed: u8) -> Vec<u8> {
 fn source_messages() -> Vec<Message> {
     vec![
         Message::Begin {
+            migration: 42,
             regions: vec![
                 RegionInfo {
                     name: "pc.ram".into(),

@@ -73,6 +73,8 @@ pub(crate) enum MigrationRequest {
     /// Post-copy: each run's pages (region page, count; inside one chunk) are remote: their
     /// content is at the source, and faults on them wait until it is installed.
     MarkRemote(Vec<(usize, usize)>),
+    /// Post-copy: the pages still remote, as runs (region page, count) inside one chunk.
+    RemoteRuns(Arc<Mutex<Vec<(usize, usize)>>>),
 }
 
 /// Most posted commands waiting at once; more are dropped (only associations are posted, and

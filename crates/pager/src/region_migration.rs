@@ -109,6 +109,14 @@ impl Region {
         self.install(runs, true)
     }
 
+    /// Destination, post-copy: the pages still remote, as runs `(first region page, count)`,
+    /// each inside one chunk, ascending (what a resumed post-copy asks the source for).
+    pub fn remote_page_runs(&self) -> Result<Vec<(usize, usize)>, PagerError> {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        self.migration(MigrationRequest::RemoteRuns(out.clone()))?;
+        Ok(take(&out))
+    }
+
     /// Destination, post-copy: how many pages are still remote.
     pub fn remote_pages(&self) -> usize {
         self.shared.remote.left()

@@ -14,7 +14,7 @@ use std::time::Duration;
 use memvisor_control::{MigrateCommand, MigrationStatus};
 use memvisor_migration::{
     MemoryReceiver, MemorySender, MigrationKey, MigrationProgress, Role, SenderOptions,
-    SenderSignals,
+    SenderSignals, Served, LATE_RESUME_GRACE,
 };
 use memvisor_pager::Region;
 
@@ -149,7 +149,8 @@ fn start_source(to: SocketAddr, key_file: &Path, options: SenderOptions) -> Resu
 }
 
 /// Starts the destination end: binds `addr` now (so a busy address fails the start) and
-/// serves it on a library thread until one migration completed.
+/// serves it on a library thread until one migration completed (after a post-copy one, for
+/// [`LATE_RESUME_GRACE`] more, in case its source lost the last acknowledgement).
 pub fn start_destination(addr: SocketAddr, key_file: &Path) -> Result<(), PreloadError> {
     let key = MigrationKey::load(key_file).map_err(|e| PreloadError::Migration(e.to_string()))?;
     let listener = TcpListener::bind(addr).map_err(|e| {
@@ -159,9 +160,15 @@ pub fn start_destination(addr: SocketAddr, key_file: &Path) -> Result<(), Preloa
     let _ = DESTINATION.set(progress.clone());
     memvisor_pager::spawn_started("memvisor-migrate-in".into(), thread_start, move || {
         let receiver = MemoryReceiver::new(&key, &progress, thread_start);
-        if let Err(e) = receiver.serve(&listener, managed_process::guest_memory_regions) {
-            progress.set_error(e.to_string(), true);
-            eprintln!("memvisor-preload: migration listener on {addr}: {e}");
+        match receiver.serve(&listener, managed_process::guest_memory_regions) {
+            Ok(Served {
+                post_copy: Some(migration),
+            }) => receiver.answer_late_resumes(&listener, migration, LATE_RESUME_GRACE),
+            Ok(_) => {}
+            Err(e) => {
+                progress.set_error(e.to_string(), true);
+                eprintln!("memvisor-preload: migration listener on {addr}: {e}");
+            }
         }
     })
     .map_err(|e| PreloadError::Migration(format!("cannot start the migration listener: {e}")))?;

@@ -28,8 +28,8 @@ struct Cli {
     /// Cases, comma-separated (virtualizing, devirtualizing) [default: both].
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
-    /// Variants, comma-separated (memvisor, naive, naive-memvisor, naive-kernel) [default:
-    /// every variant of each case].
+    /// Variants, comma-separated (memvisor, memvisor-precopy, memvisor-post-copy, naive,
+    /// naive-memvisor, naive-kernel) [default: every variant of each case].
     #[arg(long, value_delimiter = ',')]
     variants: Vec<String>,
     /// Repetitions of each case and variant (the variant order rotates each time).

@@ -69,6 +69,10 @@ impl FaultHandler {
                 Ok(())
             }
             MigrationRequest::MarkRemote(runs) => self.mark_remote(runs),
+            MigrationRequest::RemoteRuns(out) => {
+                put(&out, self.all_remote_runs());
+                Ok(())
+            }
         }
     }
 

@@ -64,6 +64,22 @@ impl FaultHandler {
             .runs_in(c, first, n, |p| self.chunks.is_page_remote(c, p))
     }
 
+    /// Every remote page of the region, as runs (region page, count) inside one chunk, in
+    /// ascending order.
+    pub(super) fn all_remote_runs(&self) -> Vec<(usize, usize)> {
+        let (ppc, pages) = (self.chunks.pages_per_chunk(), self.chunks.region_pages());
+        let mut runs = Vec::new();
+        for c in 0..self.chunks.len() {
+            let n = ppc.min(pages - c * ppc);
+            runs.extend(
+                self.remote_runs(c, 0, n)
+                    .into_iter()
+                    .map(|(p, k)| (self.region_page(c, p), k)),
+            );
+        }
+        runs
+    }
+
     /// Pages `first..first + n` of chunk `c` hold their own content now (installed, or
     /// discarded): they are no longer remote.
     pub(super) fn end_remote(&mut self, c: usize, first: usize, n: usize) {
