@@ -48,8 +48,9 @@ pub struct MigrationStatus {
     pub wanted_pages: u64,
     /// Milliseconds since the migration started (or took until it ended).
     pub elapsed_ms: u64,
-    /// Why it failed (set with state `failed`, or on the destination the last refused or
-    /// broken attempt while it listens again).
+    /// Why it failed (set with state `failed`), or the last incident it went on after: on the
+    /// destination a refused or broken attempt while it listens again, on either end a
+    /// connection lost during a post-copy push (which then resumed, or waits to).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -2,7 +2,8 @@
 //! the destination dies mid-migration, the source dies mid-migration, the guest writes faster
 //! than the link can carry. In every case the source guest keeps running untouched (it then
 //! verifies all of its memory), and a destination that lost its source discards what it got
-//! and listens again.
+//! and listens again. After a post-copy switch-over, a cut connection is resumed and the guest
+//! verifies on the destination.
 //!
 //! Skipped (with `SKIPPED`) where QEMU or userfaultfd is unavailable, unless `CI=true`.
 
@@ -250,6 +251,130 @@ fn a_dropped_connection_leaves_both_sides_ready_for_a_retry() {
         .unwrap();
     assert!(out.status.success(), "retry: {}", stderr(&out));
     assert_eq!(dst.migration().state, "completed");
+    drop(src);
+    dst.verifies(FINISH);
+}
+
+/// A TCP relay to `to` on 127.0.0.1 for every client, which the test can cut (every
+/// connection through it shut down) and take down (clients closed as they come) and up again.
+struct Relay {
+    port: u16,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    live: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    fn to(to: u16) -> Relay {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let relay = Relay {
+            port,
+            down: Default::default(),
+            live: Default::default(),
+        };
+        let (down, live) = (relay.down.clone(), relay.live.clone());
+        // Left running: it only relays, and ends with the test process.
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if down.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                let pump = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Write);
+                    })
+                };
+                let mut live = live.lock().unwrap();
+                live.push(client.try_clone().unwrap());
+                live.push(server.try_clone().unwrap());
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(server, client);
+            }
+        });
+        relay
+    }
+
+    /// Takes the relay down (`true`: every connection through it is cut, new ones closed) or
+    /// up again.
+    fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::Relaxed);
+        if down {
+            for s in self.live.lock().unwrap().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Waits (`limit` at most) until `state` of `end`'s migration.
+fn wait_state(end: &End, state: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        // No status until `memvisor migrate` started the source.
+        let m = end.status().migration;
+        if m.as_ref().is_some_and(|m| m.state == state) {
+            return;
+        }
+        let over = m.as_ref().is_some_and(|m| m.is_over());
+        assert!(
+            !over && start.elapsed() < limit,
+            "waiting for {state}: {m:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Post-copy with the memory connection cut for two seconds during the push (slowed to
+/// 8 MiB/s): both ends wait in `post-copy-paused`, the source's memvisor reconnects and
+/// resumes, `memvisor migrate` completes, and the guest finishes on the destination and
+/// verifies all of its memory.
+#[test]
+fn a_post_copy_cut_during_the_push_resumes_and_the_guest_verifies() {
+    let Some(image) =
+        image_or_skip("a_post_copy_cut_during_the_push_resumes_and_the_guest_verifies")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 32 40");
+    src.wait_written(32 * MIB, Duration::from_secs(60));
+    let relay = Relay::to(mem);
+    // Converged at once (a round's changes fit 10 s at 8 MiB/s): the pause names the pages
+    // the churn changed since round 0, up to 32 MiB, and their push takes seconds.
+    let migrate = start_migrate(
+        &src,
+        &dst,
+        &key,
+        (relay.port, dev),
+        &[
+            "--post-copy",
+            "--max-bandwidth",
+            "8M",
+            "--downtime-limit",
+            "10s",
+        ],
+    );
+    wait_state(&src, "post-copy", Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(300));
+    relay.set_down(true);
+    wait_state(&src, "post-copy-paused", Duration::from_secs(30));
+    wait_state(&dst, "post-copy-paused", Duration::from_secs(150));
+    std::thread::sleep(Duration::from_secs(2));
+    relay.set_down(false);
+    let out = migrate.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("post-copy: "), "{text}");
+    eprintln!("{text}");
+    assert_eq!(dst.migration().state, "completed");
+    assert_eq!(src.migration().state, "completed");
     drop(src);
     dst.verifies(FINISH);
 }

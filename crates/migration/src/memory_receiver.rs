@@ -259,6 +259,7 @@ impl<'a> MemoryReceiver<'a> {
             abort(&mut stream, &e);
             return Attempt::Failed(e);
         }
+        self.progress.new_connection();
         self.progress.set_state("post-copy");
         let pushed = list_remote(&mut stream, regions)
             .and_then(|()| receive_pushed(&mut stream, regions, self.progress, (0, 0)));

@@ -357,7 +357,10 @@ impl<'a> MemorySender<'a> {
         &mut self,
         named: &[Vec<(usize, usize)>],
     ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
-        self.stream = open_stream(self.to, self.key)?;
+        let stream = open_stream(self.to, self.key)?;
+        self.sync_wire_bytes();
+        self.progress.new_connection();
+        self.stream = stream;
         self.sent_before_connection = (self.pages_sent, self.bytes_sent);
         self.stream.send(&Message::Resume {
             migration: self.migration,

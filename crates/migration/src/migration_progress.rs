@@ -23,7 +23,10 @@ pub struct MigrationProgress {
     rounds: AtomicU32,
     pages: AtomicU64,
     zero_pages: AtomicU64,
+    /// Wire bytes of the current connection...
     wire_bytes: AtomicU64,
+    /// ...and of the migration's earlier ones (post-copy resumed).
+    wire_bytes_before: AtomicU64,
     last_round_changed_pages: AtomicU64,
     pages_to_memory: AtomicU64,
     pages_to_swap: AtomicU64,
@@ -46,6 +49,7 @@ impl MigrationProgress {
             pages: AtomicU64::new(0),
             zero_pages: AtomicU64::new(0),
             wire_bytes: AtomicU64::new(0),
+            wire_bytes_before: AtomicU64::new(0),
             last_round_changed_pages: AtomicU64::new(0),
             pages_to_memory: AtomicU64::new(0),
             pages_to_swap: AtomicU64::new(0),
@@ -111,9 +115,16 @@ impl MigrationProgress {
         self.zero_pages.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// The wire bytes so far (both directions).
+    /// The current connection's wire bytes so far (both directions).
     pub fn set_wire_bytes(&self, n: u64) {
         self.wire_bytes.store(n, Ordering::Relaxed);
+    }
+
+    /// The migration goes on over a new connection (post-copy resumed): the wire bytes of the
+    /// last one stay counted, and [`set_wire_bytes`](Self::set_wire_bytes) counts the new one.
+    pub fn new_connection(&self) {
+        let last = self.wire_bytes.swap(0, Ordering::Relaxed);
+        self.wire_bytes_before.fetch_add(last, Ordering::Relaxed);
     }
 
     /// Pages changed during the last round.
@@ -148,6 +159,7 @@ impl MigrationProgress {
             &self.pages,
             &self.zero_pages,
             &self.wire_bytes,
+            &self.wire_bytes_before,
             &self.last_round_changed_pages,
             &self.pages_to_memory,
             &self.pages_to_swap,
@@ -176,7 +188,8 @@ impl MigrationProgress {
             rounds: self.rounds.load(Ordering::Relaxed),
             pages: self.pages.load(Ordering::Relaxed),
             zero_pages: self.zero_pages.load(Ordering::Relaxed),
-            wire_bytes: self.wire_bytes.load(Ordering::Relaxed),
+            wire_bytes: self.wire_bytes.load(Ordering::Relaxed)
+                + self.wire_bytes_before.load(Ordering::Relaxed),
             last_round_changed_pages: self.last_round_changed_pages.load(Ordering::Relaxed),
             pages_to_memory: self.pages_to_memory.load(Ordering::Relaxed),
             pages_to_swap: self.pages_to_swap.load(Ordering::Relaxed),

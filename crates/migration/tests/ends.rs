@@ -795,6 +795,10 @@ fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
         ("completed", "completed")
     );
     assert_eq!(dst.remote_pages(), 0);
+    // Every connection's bytes count: at least the pages' own.
+    for status in [&s, &d] {
+        assert!(status.wire_bytes >= status.pages * ps as u64, "{status:?}");
+    }
     assert!(
         contents(&dst) == expected,
         "the destination holds the source's bytes"
