@@ -114,6 +114,7 @@ mod receive_buffer;
 mod region_info;
 mod role;
 mod session_keys;
+mod socket_options;
 mod wire_io;
 
 pub use frame_header::{

@@ -298,6 +298,7 @@ impl<'a> MemoryReceiver<'a> {
                 })
         };
         timeouts(&tcp, HANDSHAKE_TIMEOUT)?;
+        crate::socket_options::watch_peer(&tcp);
         let stream = MemoryStream::handshake(tcp, self.key, Role::Destination)?;
         timeouts(stream.get_ref(), IDLE_TIMEOUT)?;
         Ok(stream)

@@ -51,6 +51,7 @@ use crate::read_ahead::ReadAhead;
 use crate::readiness::wait_readable;
 use crate::region_info::RegionInfo;
 use crate::role::Role;
+use crate::socket_options::{set_cork, watch_peer};
 
 /// Time to connect to the destination.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -755,27 +756,11 @@ fn open_stream(
     let tcp = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
         .map_err(io(format!("connecting to the destination {to}")))?;
     let _ = tcp.set_nodelay(true);
+    watch_peer(&tcp);
     tcp.set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(io(format!("setting timeouts on the connection to {to}")))?;
     MemoryStream::handshake(tcp, key, Role::Source)
-}
-
-/// Sets `TCP_CORK` on `tcp` (best effort: without it frames go out one by one, as before).
-fn set_cork(tcp: &TcpStream, on: bool) {
-    use std::os::fd::AsRawFd;
-    let value: libc::c_int = on.into();
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&value`, which lives across
-    // the call; the descriptor is the open socket `tcp` owns.
-    let _ = unsafe {
-        libc::setsockopt(
-            tcp.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CORK,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
 }
 
 /// The runs of one read request: consecutive runs of `runs` up to [`BATCH_PAGES`] pages or
