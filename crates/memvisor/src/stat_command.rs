@@ -3,7 +3,9 @@
 use std::fmt::Write;
 
 use clap::Args;
-use memvisor_control::{format_bytes, socket_dir, ControlClient, ControlError, ProcessStatus};
+use memvisor_control::{
+    format_bytes, socket_dir, ControlClient, ControlError, MigrationStatus, ProcessStatus,
+};
 
 /// Arguments of `memvisor stat`.
 #[derive(Debug, Args)]
@@ -130,7 +132,44 @@ pub fn render_table(s: &ProcessStatus) -> String {
             );
         }
     }
+    if let Some(m) = &s.migration {
+        let _ = writeln!(out, "{}", migration_line(m));
+    }
     out
+}
+
+/// One line on the process's end of a live migration: its state, peer and progress, and the
+/// last incident it went on after or failed with.
+pub fn migration_line(m: &MigrationStatus) -> String {
+    let mut line = format!("migration {:#018x}: {} {}", m.migration, m.role, m.state);
+    if !m.peer.is_empty() {
+        let _ = write!(
+            line,
+            " ({} {})",
+            if m.role == "source" { "to" } else { "from" },
+            m.peer
+        );
+    }
+    let _ = write!(
+        line,
+        ", {} rounds, {} pages ({} as zero), {} on the wire, {:.1} s",
+        m.rounds,
+        m.pages,
+        m.zero_pages,
+        format_bytes(m.wire_bytes),
+        m.elapsed_ms as f64 / 1e3
+    );
+    if m.post_copy_pages > 0 || m.remote_pages > 0 {
+        let _ = write!(
+            line,
+            "; post-copy: {} pages still at the source, {} asked for by waiting faults",
+            m.remote_pages, m.wanted_pages
+        );
+    }
+    if let Some(e) = &m.error {
+        let _ = write!(line, "; {e}");
+    }
+    line
 }
 
 /// Left-aligns the first column and right-aligns the others.
@@ -161,4 +200,66 @@ pub fn align(rows: &[Vec<String>]) -> String {
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_migration_is_one_line_with_its_state_and_incident() {
+        let m = MigrationStatus {
+            role: "destination".into(),
+            migration: 0xabc,
+            state: "post-copy-paused".into(),
+            peer: "10.0.0.1:4000".into(),
+            rounds: 3,
+            pages: 1000,
+            zero_pages: 10,
+            wire_bytes: 5 << 20,
+            remote_pages: 42,
+            wanted_pages: 2,
+            elapsed_ms: 2500,
+            error: Some("post-copy connection lost after the switch-over (reset)".into()),
+            ..Default::default()
+        };
+        let line = migration_line(&m);
+        assert_eq!(line.lines().count(), 1);
+        assert!(
+            line.starts_with(
+                "migration 0x0000000000000abc: destination post-copy-paused (from 10.0.0.1:4000), \
+                 3 rounds, 1000 pages (10 as zero)"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("; post-copy: 42 pages still at the source, 2 asked for by"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("; post-copy connection lost after the switch-over (reset)"),
+            "{line}"
+        );
+        let status = ProcessStatus {
+            migration: Some(m),
+            ..Default::default()
+        };
+        assert!(render_table(&status).contains("migration 0x0000000000000abc: destination"));
+        // A precopy source without incidents: no post-copy part, no trailing reason.
+        let source = MigrationStatus {
+            role: "source".into(),
+            state: "sending".into(),
+            peer: "10.0.0.2:7070".into(),
+            ..Default::default()
+        };
+        let line = migration_line(&source);
+        assert!(
+            line.contains("source sending (to 10.0.0.2:7070), 0 rounds"),
+            "{line}"
+        );
+        assert!(
+            !line.contains("post-copy") && !line.contains("; "),
+            "{line}"
+        );
+    }
 }
