@@ -211,26 +211,15 @@ impl<'a> MemoryReceiver<'a> {
             let Ok(mut stream) = self.open(tcp) else {
                 continue;
             };
-            let answered = match stream.receive() {
+            let answered = expect_resume(&mut stream, migration).and_then(|()| {
                 // Nothing is remote any more: the push completed (`Finish` found no page
                 // left), so the list is empty.
-                Ok(Message::Resume { migration: m }) if m == migration => stream
-                    .send(&Message::Ready)
-                    .and_then(|()| match stream.receive()? {
-                        Message::Finish => stream.send(&Message::Done { pages: 0, bytes: 0 }),
-                        other => Err(unexpected("Finish", &other)),
-                    }),
-                Ok(other) => Err(MigrationError::AwaitingResume {
-                    migration,
-                    got: match other {
-                        Message::Resume { migration: m } => {
-                            format!("Resume of migration {m:#018x}")
-                        }
-                        other => other.name().to_string(),
-                    },
-                }),
-                Err(e) => Err(e),
-            };
+                stream.send(&Message::Ready)?;
+                match stream.receive()? {
+                    Message::Finish => stream.send(&Message::Done { pages: 0, bytes: 0 }),
+                    other => Err(unexpected("Finish", &other)),
+                }
+            });
             if let Err(e) = answered {
                 abort(&mut stream, &e);
             }
@@ -245,17 +234,7 @@ impl<'a> MemoryReceiver<'a> {
             Ok(s) => s,
             Err(e) => return Attempt::Failed(e),
         };
-        let refused = |got: String| MigrationError::AwaitingResume { migration, got };
-        let resumed = match stream.receive() {
-            Ok(Message::Resume { migration: m }) if m == migration => Ok(()),
-            Ok(Message::Resume { migration: m }) => {
-                Err(refused(format!("Resume of migration {m:#018x}")))
-            }
-            Ok(Message::Abort { reason }) => Err(MigrationError::PeerAborted { reason }),
-            Ok(other) => Err(refused(other.name().to_string())),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = resumed {
+        if let Err(e) = expect_resume(&mut stream, migration) {
             abort(&mut stream, &e);
             return Attempt::Failed(e);
         }
@@ -461,6 +440,21 @@ enum Received {
     },
 }
 
+/// The first message of a connection while post-copy migration `migration` waits to resume
+/// (or has just completed): its `Resume`, or why the connection is refused.
+fn expect_resume(
+    stream: &mut MemoryStream<TcpStream>,
+    migration: u64,
+) -> Result<(), MigrationError> {
+    let refused = |got: String| MigrationError::AwaitingResume { migration, got };
+    match stream.receive()? {
+        Message::Resume { migration: m } if m == migration => Ok(()),
+        Message::Resume { migration: m } => Err(refused(format!("Resume of migration {m:#018x}"))),
+        Message::Abort { reason } => Err(MigrationError::PeerAborted { reason }),
+        other => Err(refused(other.name().to_string())),
+    }
+}
+
 /// Tells the peer why this end gives up (unless the peer gave up first).
 fn abort(stream: &mut MemoryStream<TcpStream>, e: &MigrationError) {
     if !matches!(e, MigrationError::PeerAborted { .. }) {
@@ -476,12 +470,8 @@ fn list_remote(
     regions: &[Arc<Region>],
 ) -> Result<(), MigrationError> {
     for (ri, r) in regions.iter().enumerate() {
-        let runs = r.remote_page_runs()?;
-        for piece in runs.chunks(crate::message::MAX_REMOTE_RUNS) {
-            stream.queue(&Message::Remote {
-                region: ri as u32,
-                runs: piece.iter().map(|&(f, n)| (f as u64, n as u32)).collect(),
-            })?;
+        for message in Message::remote(ri as u32, &r.remote_page_runs()?) {
+            stream.queue(&message)?;
         }
     }
     stream.send(&Message::Ready)

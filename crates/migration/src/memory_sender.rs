@@ -39,12 +39,13 @@ use std::time::{Duration, Instant};
 use memvisor_control::PostCopy;
 use memvisor_pager::{MigrationPages, Region};
 
+use crate::memory_receiver::region_at;
 use crate::memory_stream::MemoryStream;
 use crate::message::Message;
 use crate::migration_error::MigrationError;
 use crate::migration_key::MigrationKey;
 use crate::migration_progress::MigrationProgress;
-use crate::page_runs::{first_uncovered, union_runs};
+use crate::page_runs::{first_uncovered, pages_in, union_runs};
 use crate::push_plan::PushPlan;
 use crate::rate_limiter::RateLimiter;
 use crate::read_ahead::ReadAhead;
@@ -270,9 +271,8 @@ impl<'a> MemorySender<'a> {
                 if self.options.post_copy != PostCopy::Never {
                     // The last round's pages, whose number decides.
                     let last = self.last_round_pages(&mut unsent)?;
-                    let pages: u64 = last.iter().flatten().map(|r| r.1 as u64).sum();
-                    let bytes = pages * memvisor_pager::page_size() as u64;
-                    let sending = Duration::from_secs_f64(bytes as f64 / rate.max(1.0));
+                    let pages = pages_in(&last);
+                    let sending = Duration::from_secs_f64(sending_seconds(pages, rate));
                     if self.options.post_copy.applies(pages, sending) {
                         remote = self.send_remote(last)?;
                         break;
@@ -290,8 +290,7 @@ impl<'a> MemorySender<'a> {
                 // The guest paused during that round: the last one follows at once.
                 continue;
             }
-            let seconds = (changed * memvisor_pager::page_size() as u64) as f64 / rate.max(1.0);
-            if seconds <= self.options.downtime_limit.as_secs_f64() {
+            if sending_seconds(changed, rate) <= self.options.downtime_limit.as_secs_f64() {
                 if self.progress.state() == "sending" {
                     self.progress.set_state("converged");
                 }
@@ -367,7 +366,7 @@ impl<'a> MemorySender<'a> {
             migration: self.migration,
         })?;
         let mut left = vec![Vec::new(); self.regions.len()];
-        let named_pages: u64 = named.iter().flatten().map(|r| r.1 as u64).sum();
+        let named_pages = pages_in(named);
         let mut listed = 0u64;
         loop {
             match self.stream.receive()? {
@@ -383,16 +382,9 @@ impl<'a> MemorySender<'a> {
                             end: first.saturating_add(u64::from(n)),
                         });
                     }
-                    let Some(runs_left) = left.get_mut(region as usize) else {
-                        return Err(MigrationError::RegionMismatch {
-                            reason: format!(
-                                "the destination lists remote pages of region {region}, but \
-                                 there are {}",
-                                self.regions.len()
-                            ),
-                        });
-                    };
-                    runs_left.extend(runs.iter().map(|&(f, n)| (f as usize, n as usize)));
+                    region_at(self.regions, region)?;
+                    left[region as usize]
+                        .extend(runs.iter().map(|&(f, n)| (f as usize, n as usize)));
                 }
                 Message::Ready => break,
                 Message::Abort { reason } => return Err(MigrationError::PeerAborted { reason }),
@@ -408,8 +400,7 @@ impl<'a> MemorySender<'a> {
                 });
             }
         }
-        self.progress
-            .set_remote_pages(left.iter().flatten().map(|r| r.1 as u64).sum());
+        self.progress.set_remote_pages(pages_in(&left));
         self.sync_wire_bytes();
         Ok(left)
     }
@@ -463,16 +454,12 @@ impl<'a> MemorySender<'a> {
         &mut self,
         last: Vec<Vec<(usize, usize)>>,
     ) -> Result<Vec<Vec<(usize, usize)>>, MigrationError> {
-        let mut named = 0u64;
         for (ri, runs) in last.iter().enumerate() {
-            for piece in runs.chunks(crate::message::MAX_REMOTE_RUNS) {
-                self.stream.queue(&Message::Remote {
-                    region: ri as u32,
-                    runs: piece.iter().map(|&(f, n)| (f as u64, n as u32)).collect(),
-                })?;
+            for message in Message::remote(ri as u32, runs) {
+                self.stream.queue(&message)?;
             }
-            named += runs.iter().map(|r| r.1 as u64).sum::<u64>();
         }
+        let named = pages_in(&last);
         self.progress.set_last_round_changed(named);
         self.progress.set_remote_pages(named);
         self.progress.set_post_copy_pages(named);
@@ -744,6 +731,11 @@ impl<'a> MemorySender<'a> {
         self.progress
             .set_wire_bytes(self.stream.bytes_sent() + self.stream.bytes_received());
     }
+}
+
+/// Seconds to send `pages` pages at `rate` bytes per second.
+fn sending_seconds(pages: u64, rate: f64) -> f64 {
+    (pages * memvisor_pager::page_size() as u64) as f64 / rate.max(1.0)
 }
 
 /// Connects to the destination `to`, sets the connection's timeouts and authenticates it

@@ -121,6 +121,17 @@ impl Message {
         Message::page_runs(region, page_size, vec![(first_page, count)], data)
     }
 
+    /// `Remote` messages naming region `region`'s `runs` `(first page, count)`, at most
+    /// [`MAX_REMOTE_RUNS`] runs each (none for no runs).
+    pub fn remote(region: u32, runs: &[(usize, usize)]) -> Vec<Message> {
+        runs.chunks(MAX_REMOTE_RUNS)
+            .map(|piece| Message::Remote {
+                region,
+                runs: piece.iter().map(|&(f, n)| (f as u64, n as u32)).collect(),
+            })
+            .collect()
+    }
+
     /// A `Pages` message of several runs `(first page, count)` whose pages' bytes, in run
     /// order, are `data`, computing the CRC32C of each page. A message breaking the rules is
     /// refused by [`Message::validate`], as for [`Message::pages`].
@@ -945,6 +956,23 @@ mod tests {
         payload[data_start + 2 * 4096] ^= 1;
         let error = decode_payload(MessageKind::Pages.to_byte(), &payload).unwrap_err();
         assert!(error.to_string().contains("page 41 of region 3"), "{error}");
+    }
+
+    #[test]
+    fn remote_runs_are_split_into_valid_messages() {
+        assert!(Message::remote(3, &[]).is_empty());
+        let runs: Vec<(usize, usize)> = (0..=MAX_REMOTE_RUNS).map(|i| (3 * i, 2)).collect();
+        let messages = Message::remote(3, &runs);
+        assert_eq!(messages.len(), 2);
+        let mut back = Vec::new();
+        for m in &messages {
+            m.validate().unwrap();
+            let Message::Remote { region: 3, runs } = m else {
+                panic!("{m:?}");
+            };
+            back.extend(runs.iter().map(|&(f, n)| (f as usize, n as usize)));
+        }
+        assert_eq!(back, runs);
     }
 
     #[test]

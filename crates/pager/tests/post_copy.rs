@@ -249,8 +249,13 @@ fn random_post_copy_against_a_shadow_model() {
                     }
                     _ => {}
                 }
-                let left = source.iter().filter(|s| s.is_some()).count();
-                assert_eq!(r.remote_pages(), left, "{what}: remote pages");
+                let left: Vec<usize> = (0..pages).filter(|&q| source[q].is_some()).collect();
+                assert_eq!(r.remote_pages(), left.len(), "{what}: remote pages");
+                assert_eq!(
+                    r.remote_page_runs().unwrap(),
+                    runs_of(&left),
+                    "{what}: remote runs"
+                );
             }
             for (q, s) in source.iter_mut().enumerate() {
                 if let Some(d) = s.take() {

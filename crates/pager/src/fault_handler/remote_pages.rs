@@ -67,12 +67,11 @@ impl FaultHandler {
     /// Every remote page of the region, as runs (region page, count) inside one chunk, in
     /// ascending order.
     pub(super) fn all_remote_runs(&self) -> Vec<(usize, usize)> {
-        let (ppc, pages) = (self.chunks.pages_per_chunk(), self.chunks.region_pages());
         let mut runs = Vec::new();
         for c in 0..self.chunks.len() {
-            let n = ppc.min(pages - c * ppc);
+            // `runs_in` stops at the chunk's last page (the region's last chunk may be short).
             runs.extend(
-                self.remote_runs(c, 0, n)
+                self.remote_runs(c, 0, self.chunks.pages_per_chunk())
                     .into_iter()
                     .map(|(p, k)| (self.region_page(c, p), k)),
             );
