@@ -916,6 +916,131 @@ fn a_page_written_after_a_sample_is_written_again_at_eviction() {
     assert_eq!((s.stale_punches, s.dirty_tracking_misses), (0, 0), "{s:?}");
 }
 
+/// After a sample, a minor fault maps only the run of resident pages around the faulting
+/// page: a partly resident chunk's other runs keep their written state (in their uffd-wp
+/// markers) until their own minor fault or the chunk's eviction, which still writes a page
+/// written before the sample and never touched after it.
+#[test]
+fn a_minor_fault_maps_its_run_and_the_other_runs_keep_their_written_state() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 16 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(
+        config(8 * chunk, 2 * chunk, chunk, dir.path())
+            .page_in_unit(PageInUnit::Page)
+            .page_out(PageOut::Sync)
+            .sample_interval(Some(Duration::from_millis(5))),
+    )
+    .unwrap();
+    let mut buf = vec![0u8; ps];
+    let mut got = vec![0u8; ps];
+    for p in 0..8 * chunk / ps {
+        pattern(p as u64, &mut buf);
+        write(&region, p * ps, &buf);
+    }
+    // Chunk 0 is out; pages 1, 5 and 9 come back one by one: three runs of one page.
+    region.barrier().unwrap();
+    assert!(!region.covered_pages_resident(0, chunk));
+    for p in [1, 5, 9] {
+        read(&region, p * ps, &mut got);
+    }
+    write(&region, 5 * ps, &[0xa5]);
+    let wait_for_sample = |region: &Region| {
+        let samples = region.stats().samples;
+        let t = std::time::Instant::now();
+        while region.stats().samples < samples + 2 {
+            assert!(t.elapsed() < Duration::from_secs(5), "no sample");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_for_sample(&region);
+    // Each run is mapped by its own minor fault.
+    let minor = region.stats().minor_faults;
+    read(&region, ps, &mut got);
+    let after_one = region.stats().minor_faults;
+    read(&region, 9 * ps, &mut got);
+    let after_two = region.stats().minor_faults;
+    assert!(after_one > minor, "no minor fault on page 1");
+    assert!(after_two > after_one, "page 9 was mapped with page 1's run");
+    // Evicting chunk 0 (page 5 untouched since the sample) writes page 5's new byte.
+    let written = region.stats().bytes_written;
+    for p in 2 * chunk / ps..8 * chunk / ps {
+        read(&region, p * ps, &mut got);
+    }
+    region.barrier().unwrap();
+    assert!(
+        !region.covered_pages_resident(5 * ps, ps),
+        "chunk 0 still in"
+    );
+    let s = region.stats();
+    assert!(s.bytes_written >= written + ps as u64, "{s:?}");
+    read(&region, 5 * ps, &mut got);
+    pattern(5, &mut buf);
+    buf[0] = 0xa5;
+    assert!(got == buf, "page 5 lost its write");
+    for p in [1, 9] {
+        read(&region, p * ps, &mut got);
+        pattern(p as u64, &mut buf);
+        assert!(got == buf, "page {p} differs");
+    }
+    assert_eq!(s.dirty_tracking_misses, 0, "{s:?}");
+}
+
+/// A sample drops the entries of a region larger than one slice of a sample (16 MiB) in several
+/// calls, serving faults between them: every resident chunk still loses its entries.
+#[test]
+fn a_sample_drops_every_resident_chunk_of_a_region_of_several_slices() {
+    if !supported() {
+        return;
+    }
+    let chunk = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(
+        config(64 * chunk, 8 * chunk, chunk, dir.path())
+            .sample_interval(Some(Duration::from_millis(20))),
+    )
+    .unwrap();
+    let chunks = [0, 17, 33, 50, 63];
+    for &c in &chunks {
+        write(&region, c * chunk, &[c as u8 + 1]);
+    }
+    let samples = region.stats().samples;
+    let t = std::time::Instant::now();
+    while region.stats().samples < samples + 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no sample");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for &c in &chunks {
+        let minor = region.stats().minor_faults;
+        let mut b = [0u8; 1];
+        read(&region, c * chunk, &mut b);
+        assert_eq!(b[0], c as u8 + 1);
+        assert!(
+            region.stats().minor_faults > minor,
+            "chunk {c} kept its entries through the sample"
+        );
+    }
+}
+
+/// The randomized workload with chunks of 16 pages, scattered page-ins leaving them partly
+/// resident in several runs, and a sample every millisecond (minor faults mapping one run).
+#[test]
+fn randomized_sampling_with_partly_resident_chunks() {
+    if !supported() {
+        return;
+    }
+    for policy in ["clock", "chunk-queues", "s3-fifo"] {
+        let policy: PolicySpec = policy.parse().unwrap();
+        for mode in MODES {
+            let s = stress_sampled(policy.clone(), mode, 16, 3, Some(Duration::from_millis(1)));
+            assert!(s.samples > 0 && s.minor_faults > 0, "{s:?}");
+        }
+    }
+}
+
 /// A longer run of the randomized workload (sampling every millisecond, dirty tracking, a few
 /// policies, both modes): `MEMVISOR_PAGER_STRESS_OPS=100000 cargo test --release -p
 /// memvisor-pager --test paging -- --ignored`.

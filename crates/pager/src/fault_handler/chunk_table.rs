@@ -261,6 +261,29 @@ impl ChunkTable {
         out
     }
 
+    /// The run of pages of chunk `c` around page `page` for which `pick` holds, as
+    /// `(first, count)`: `None` if it does not hold for `page` itself.
+    pub fn run_around(
+        &self,
+        c: usize,
+        page: usize,
+        pick: impl Fn(usize) -> bool,
+    ) -> Option<(usize, usize)> {
+        if c >= self.len() || page >= self.pages_in(c) || !pick(page) {
+            return None;
+        }
+        let first = (0..page)
+            .rev()
+            .take_while(|&p| pick(p))
+            .last()
+            .unwrap_or(page);
+        let end = (page + 1..self.pages_in(c))
+            .take_while(|&p| pick(p))
+            .last()
+            .map_or(page + 1, |p| p + 1);
+        Some((first, end - first))
+    }
+
     /// The runs of resident pages of chunk `c`.
     pub fn resident_runs(&self, c: usize) -> Vec<(usize, usize)> {
         self.runs(c, |p| self.is_page_resident(c, p))
@@ -610,6 +633,22 @@ impl ChunkTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_around_finds_the_run_of_a_page_and_only_its_run() {
+        let t = ChunkTable::new(16, 8);
+        let picked = [false, true, true, false, true, true, true, false];
+        let pick = |p: usize| picked[p];
+        assert_eq!(t.run_around(0, 1, pick), Some((1, 2)));
+        assert_eq!(t.run_around(0, 2, pick), Some((1, 2)));
+        assert_eq!(t.run_around(0, 5, pick), Some((4, 3)));
+        assert_eq!(t.run_around(0, 0, pick), None);
+        assert_eq!(t.run_around(0, 8, pick), None);
+        assert_eq!(t.run_around(2, 1, pick), None);
+        let all = |_: usize| true;
+        assert_eq!(t.run_around(1, 0, all), Some((0, 8)));
+        assert_eq!(t.run_around(1, 7, all), Some((0, 8)));
+    }
 
     #[test]
     fn remote_pages_are_counted_per_chunk_and_in_all() {

@@ -174,8 +174,14 @@ impl FaultHandler {
     /// as written (sticky). Without tracking, or if the scan fails, every resident page counts
     /// as written.
     pub(super) fn harvest_dirty(&mut self, c: usize) {
-        let (start, len) = self.chunk_range(c);
+        self.harvest_dirty_in(c, 0, self.chunks.pages_in(c));
+    }
+
+    /// [`harvest_dirty`](Self::harvest_dirty) of pages `first..first + n` of chunk `c` only.
+    pub(super) fn harvest_dirty_in(&mut self, c: usize, first: usize, n: usize) {
         let pg = self.memory.page;
+        let start = self.chunk_range(c).0 + first * pg;
+        let len = n * pg;
         let ranges = match &self.pagemap {
             None => None,
             Some(p) => match p.written(self.memory.base + start, len) {
@@ -187,17 +193,20 @@ impl FaultHandler {
             },
         };
         let Some(ranges) = ranges else {
-            for (f, n) in self.chunks.resident_runs(c) {
-                self.chunks.set_written(c, f, n, true);
+            for (f, k) in self
+                .chunks
+                .runs_in(c, first, n, |p| self.chunks.is_page_resident(c, p))
+            {
+                self.chunks.set_written(c, f, k, true);
             }
             return;
         };
         let base = (self.memory.base + start) as u64;
         for r in ranges {
-            let first = ((r.start - base) as usize) / pg;
-            let end = (((r.end - base) as usize) / pg).min(self.chunks.pages_in(c));
+            let from = first + ((r.start - base) as usize) / pg;
+            let end = (first + ((r.end - base) as usize) / pg).min(first + n);
             // Pages without an entry read as written: only resident ones count.
-            for p in first..end {
+            for p in from..end {
                 if self.chunks.is_page_resident(c, p) {
                     self.chunks.set_written(c, p, 1, true);
                 }
