@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{pattern, read, supported, write, Rng};
+use common::{pattern, read, supported, wait_for_samples, write, Rng};
 use std::time::Duration;
 
 use memvisor_pager::{
@@ -948,15 +948,7 @@ fn a_minor_fault_maps_its_run_and_the_other_runs_keep_their_written_state() {
         read(&region, p * ps, &mut got);
     }
     write(&region, 5 * ps, &[0xa5]);
-    let wait_for_sample = |region: &Region| {
-        let samples = region.stats().samples;
-        let t = std::time::Instant::now();
-        while region.stats().samples < samples + 2 {
-            assert!(t.elapsed() < Duration::from_secs(5), "no sample");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    };
-    wait_for_sample(&region);
+    wait_for_samples(&region, 2);
     // Each run is mapped by its own minor fault.
     let minor = region.stats().minor_faults;
     read(&region, ps, &mut got);
@@ -1007,12 +999,7 @@ fn a_sample_drops_every_resident_chunk_of_a_region_of_several_slices() {
     for &c in &chunks {
         write(&region, c * chunk, &[c as u8 + 1]);
     }
-    let samples = region.stats().samples;
-    let t = std::time::Instant::now();
-    while region.stats().samples < samples + 2 {
-        assert!(t.elapsed() < Duration::from_secs(5), "no sample");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_samples(&region, 2);
     for &c in &chunks {
         let minor = region.stats().minor_faults;
         let mut b = [0u8; 1];

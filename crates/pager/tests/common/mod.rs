@@ -53,6 +53,16 @@ pub fn read(region: &Region, offset: usize, out: &mut [u8]) {
     }
 }
 
+/// Waits (up to 5 s) until the region has taken `more` access samples more than now.
+pub fn wait_for_samples(region: &Region, more: u64) {
+    let samples = region.stats().samples;
+    let t = std::time::Instant::now();
+    while region.stats().samples < samples + more {
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "no sample");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// Fills `buf` with bytes derived from `seed`.
 pub fn pattern(seed: u64, buf: &mut [u8]) {
     let mut r = Rng::new(seed);
