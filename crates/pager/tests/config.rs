@@ -53,7 +53,7 @@ fn defaults_and_accessors() {
     assert_eq!(r.budget_chunks(), 2);
     assert_eq!(r.resolve_mode(), ResolveMode::Copy);
     let defaults = RegionConfig::new(1, 1, "/");
-    assert_eq!(defaults.policy.name(), "chunk-queues");
+    assert_eq!(defaults.policy.name(), "clock");
     assert_eq!(defaults.sample_interval, Some(DEFAULT_SAMPLE_INTERVAL));
     assert!(r.swap_is_direct());
     assert_eq!(r.stats().chunks, 4);

@@ -249,7 +249,7 @@ impl FaultHandler {
     /// tracks loses its page-table entries, so its next access raises a minor fault that maps
     /// the chunk again and sets its reference bit.
     ///
-    /// Dropping the entries of a whole arena takes milliseconds (3 to 5 ms for redis's 4 GiB
+    /// Dropping the entries of a whole arena takes milliseconds (3 to 10 ms for redis's 4 GiB
     /// arena with 322 MiB in use), and a fault that came meanwhile used to wait for all of it:
     /// the program's p99 latency was the sample's. The entries are dropped in slices of at most
     /// [`SAMPLE_SLICE`] bytes, and faults that came meanwhile are served between slices (a
