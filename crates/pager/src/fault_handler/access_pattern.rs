@@ -6,8 +6,9 @@
 //! fault in line, twice as many at each further one, until it spans a chunk; from then on each
 //! page-in reads the whole chunk and the next chunk ahead. A backward stream reads whole chunks
 //! once it has as many faults in line as a forward window needs to span a chunk, single pages
-//! before. Any other fault is scattered: the page-in reads the faulting page alone. One fault out of
-//! line ends a stream, as a miss collapses the kernel's window; two in line start one again.
+//! before. Any other fault is scattered: the page-in reads the faulting page alone. One fault
+//! out of line ends a stream, as a miss collapses the kernel's window; two in line start one
+//! again.
 //!
 //! The window matters for objects of a few pages read at random places (redis's 16 KiB values):
 //! their second page's fault is in line with the first, and reading the whole chunk plus the
@@ -136,7 +137,7 @@ impl AccessPattern {
             // Backward, but not yet as many faults in line as a forward window needs to span a
             // chunk: one fault a little behind the last is common in scattered access (with 1 MiB
             // chunks, redis at 1,500 GETs/s read a whole chunk that way about 6 times a second,
-            // each read holding the fault loop 2 to 3 ms: its p99 latency).
+            // each read holding the fault loop 2 to 3 ms, a cause of its p99 latency).
             PageInSpan::Page
         }
     }
