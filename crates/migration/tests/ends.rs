@@ -595,20 +595,13 @@ fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
     };
     let result = std::thread::scope(|s| {
         s.spawn(|| {
-            let start = Instant::now();
-            while progress.status().state != "converged"
-                && start.elapsed() < Duration::from_secs(30)
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for_state(&progress, "converged");
             // Every page changes while paused-to-be: all of them go after the switch-over.
             for p in 0..pages {
                 write(&src, p * ps, &[0xAB; 8]);
             }
             signals.finish();
-            while progress.status().state != "post-copy" && !progress.status().is_over() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for_state(&progress, "post-copy");
             std::thread::sleep(Duration::from_millis(50));
             signals.cancel();
         });

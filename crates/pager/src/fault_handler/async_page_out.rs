@@ -146,9 +146,7 @@ impl FaultHandler {
         let start = self.chunk_range(c).0;
         let pg = self.memory.page;
         let runs = if self.chunks.remote_pages(c) > 0 {
-            self.chunks.runs(c, |p| {
-                self.chunks.is_page_resident(c, p) && !self.chunks.is_page_remote(c, p)
-            })
+            self.chunks.runs(c, |p| self.chunks.holds_page(c, p))
         } else {
             self.chunks.resident_runs(c)
         };

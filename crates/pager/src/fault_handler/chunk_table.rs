@@ -409,6 +409,12 @@ impl ChunkTable {
             && self.remote.get(self.first_page(c) + page)
     }
 
+    /// Whether the memfd holds the content of page `page` of chunk `c`: resident and not
+    /// remote (the pages a remap maps).
+    pub fn holds_page(&self, c: usize, page: usize) -> bool {
+        self.is_page_resident(c, page) && !self.is_page_remote(c, page)
+    }
+
     /// Marks pages `first..first + n` of chunk `c` remote (`true`; they must not be poisoned
     /// or being read) or not. Returns how many changed.
     pub fn set_remote(&mut self, c: usize, first: usize, n: usize, remote: bool) -> usize {

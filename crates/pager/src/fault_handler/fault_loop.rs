@@ -214,17 +214,12 @@ impl FaultHandler {
                 self.transient_error("poll userfaultfd", e);
                 continue;
             }
-            let n = match self.uffd.read_messages(&mut msgs) {
-                Ok(n) => n,
+            match self.serve_queued_faults(&mut msgs) {
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     self.transient_error("read userfaultfd", e);
                     continue;
-                }
-            };
-            for m in &msgs[..n] {
-                if let Some(ev) = m.pagefault() {
-                    self.on_fault(ev);
                 }
             }
             if let Some(b) = busy_poll.as_mut() {
@@ -302,22 +297,26 @@ impl FaultHandler {
     fn serve_waiting_faults(&mut self) {
         let mut msgs = [UffdMsg::default(); 16];
         loop {
-            let n = match self.uffd.read_messages(&mut msgs) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            match self.serve_queued_faults(&mut msgs) {
+                Ok(0) => return,
+                Ok(_) => self.check_invariants("faults during a sample"),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Left to the fault loop's next poll, which reports it.
                 Err(_) => return,
-            };
-            if n == 0 {
-                return;
             }
-            for m in &msgs[..n] {
-                if let Some(ev) = m.pagefault() {
-                    self.on_fault(ev);
-                }
-            }
-            self.check_invariants("faults during a sample");
         }
+    }
+
+    /// Reads the fault messages queued now (at most `msgs.len()`, without waiting) and serves
+    /// each; returns how many were read.
+    fn serve_queued_faults(&mut self, msgs: &mut [UffdMsg]) -> io::Result<usize> {
+        let n = self.uffd.read_messages(msgs)?;
+        for m in &msgs[..n] {
+            if let Some(ev) = m.pagefault() {
+                self.on_fault(ev);
+            }
+        }
+        Ok(n)
     }
 
     /// Debug builds: the chunk table's invariants against the policy (see
@@ -438,7 +437,7 @@ impl FaultHandler {
                 self.wait_for_write(c);
                 self.on_fault_again(ev, c, page, offset);
             }
-            ChunkState::In if resident => self.on_resident_fault(ev, c, page_addr),
+            ChunkState::In if resident => self.on_resident_fault(ev, c, page),
             ChunkState::In | ChunkState::Out => self.on_missing_page(ev, c, page, offset),
         }
     }
@@ -447,14 +446,13 @@ impl FaultHandler {
     fn on_fault_again(&mut self, ev: FaultEvent, c: usize, page: usize, offset: usize) {
         if self.chunks.is_page_resident(c, page) {
             // The write failed or was rescued: the chunk stayed in memory.
-            let page_addr = self.memory.base + offset;
-            self.on_resident_fault(ev, c, page_addr);
+            self.on_resident_fault(ev, c, page);
         } else {
             self.on_missing_page(ev, c, page, offset);
         }
     }
 
-    /// A fault on resident page `page_addr` of chunk `c`: after a sample or a page-out attempt
+    /// A fault on resident page `page` of chunk `c`: after a sample or a page-out attempt
     /// dropped the chunk's page-table entries (a minor fault), map the run of resident pages
     /// around it again; otherwise a fault already served (a stale message): wake.
     ///
@@ -464,14 +462,14 @@ impl FaultHandler {
     /// MiB chunks), and mapping them all made the first touch of each chunk after a sample
     /// cost one `UFFDIO_CONTINUE` per run (about 14 µs each here), the program's other faults
     /// waiting behind them; a chunk read in whole is one run, mapped by one call as before.
-    fn on_resident_fault(&mut self, ev: FaultEvent, c: usize, page_addr: usize) {
+    fn on_resident_fault(&mut self, ev: FaultEvent, c: usize, page: usize) {
         add(&self.stats().resident_faults, 1);
+        let page_addr = self.memory.base + self.chunk_range(c).0 + page * self.memory.page;
         if ev.kind == FaultKind::Minor {
             self.policy.mark_referenced(c as u64);
-            let page = (page_addr - self.memory.base - self.chunk_range(c).0) / self.memory.page;
-            let run = self.chunks.run_around(c, page, |p| {
-                self.chunks.is_page_resident(c, p) && !self.chunks.is_page_remote(c, p)
-            });
+            let run = self
+                .chunks
+                .run_around(c, page, |p| self.chunks.holds_page(c, p));
             if let Some((first, n)) = run {
                 // Save the run's written state first: mapping it write-protected clears it.
                 self.harvest_dirty_in(c, first, n);

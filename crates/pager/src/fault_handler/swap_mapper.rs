@@ -199,9 +199,9 @@ impl FaultHandler {
                 rp += n;
                 continue;
             }
-            let runs = self.chunks.runs_in(c, first, n, |p| {
-                self.chunks.is_page_resident(c, p) && !self.chunks.is_page_remote(c, p)
-            });
+            let runs = self
+                .chunks
+                .runs_in(c, first, n, |p| self.chunks.holds_page(c, p));
             for (f, k) in runs {
                 for p in f..f + k {
                     let rp = self.region_page(c, p);
