@@ -215,6 +215,24 @@ impl ChunkTable {
         added
     }
 
+    /// Page `page` of chunk `c` is not resident after all (its mapping failed right after
+    /// [`add_resident`](Self::add_resident)); the chunk's state is the caller's (see
+    /// [`set_out`](Self::set_out)). Returns whether the page was resident.
+    pub fn remove_resident(&mut self, c: usize, page: usize) -> bool {
+        if !self.in_chunk(c, page, 1) {
+            return false;
+        }
+        let at = self.first_page(c) + page;
+        if !self.resident.get(at) {
+            return false;
+        }
+        self.resident.set_range(at, 1, false);
+        self.residency.set_range(at, 1, false);
+        self.written.set_range(at, 1, false);
+        self.resident_total -= 1;
+        true
+    }
+
     /// Chunk `c` left memory: no page resident, none written (its swap copy, or zero, is its
     /// content). Returns how many pages were resident.
     pub fn set_out(&mut self, c: usize) -> usize {
@@ -746,6 +764,26 @@ mod tests {
         t.set_reading(1, 9, true);
         assert_eq!(t.reading_total(), 1);
         t.check_invariants("test", |_| false);
+    }
+
+    #[test]
+    fn a_page_added_then_removed_leaves_the_table_as_it_was() {
+        let mut t = ChunkTable::new(16, 4);
+        t.add_resident(1, 0, 1);
+        assert_eq!(t.add_resident(1, 2, 1), 1);
+        assert!(t.remove_resident(1, 2));
+        assert!(!t.remove_resident(1, 2), "not resident any more");
+        assert!(!t.remove_resident(1, 9), "outside the chunk");
+        assert_eq!((t.resident_pages(1), t.resident_total()), (1, 1));
+        assert!(t.is_page_resident(1, 0) && !t.is_page_resident(1, 2));
+        assert!(t.is(1, ChunkState::In), "its other page keeps it in");
+        t.check_invariants("test", |c| c == 1);
+        // A chunk that came in with one page and lost it is set out by the caller.
+        assert_eq!(t.add_resident(2, 3, 1), 1);
+        assert!(t.remove_resident(2, 3));
+        assert_eq!(t.set_out(2), 0);
+        assert!(t.is(2, ChunkState::Out));
+        t.check_invariants("test", |c| c == 1);
     }
 
     #[test]

@@ -30,6 +30,22 @@ use crate::region_stats::{add, sub};
 use crate::swap_file::ReadError;
 use crate::swap_io::ReadStart;
 
+/// What [`FaultHandler::count_page_in`] counted, to admit the chunk or take the count back.
+#[derive(Debug, Clone, Copy)]
+struct PageInCount {
+    /// Counted as a page-in (something was read).
+    read: bool,
+    /// Counted as a scattered page-in.
+    scattered: bool,
+    bytes_read: usize,
+    /// Pages that became resident.
+    added: usize,
+    /// The chunk came into memory with this page-in.
+    now_in: bool,
+    /// The chunk had a swap copy before.
+    stored_before: bool,
+}
+
 /// Why a page-in stopped.
 pub(super) enum PageInError {
     /// Reading failed: poison the pages.
@@ -174,10 +190,12 @@ impl FaultHandler {
     /// Completes the parallel page reads that finished; with `wait`, waits for one if any is
     /// in flight. Each page is verified and mapped, and its waiters woken; a failed read
     /// poisons it; a page whose chunk's swap copy changed meanwhile (a discard) is paged in
-    /// again.
+    /// again. Every finished page is mapped before any of their chunks is admitted to the
+    /// policy, which may evict: no woken thread waits behind another page's eviction.
     pub(super) fn reap_page_reads(&mut self, wait: bool) {
         let mut done = std::mem::take(&mut self.page_reads_done);
         self.io.take_page_reads(&mut done, wait);
+        let mut admit = Vec::new();
         for d in done.drain(..) {
             let Some(i) = self.page_reads.iter().position(|p| p.slot == d.slot) else {
                 self.io.release_page_read(d.slot);
@@ -185,12 +203,24 @@ impl FaultHandler {
             };
             let p = self.page_reads.swap_remove(i);
             self.chunks.set_reading(p.chunk, p.page, false);
-            self.complete_page_read(p, d.result);
+            if let Some(mapped) = self.complete_page_read(p, d.result) {
+                admit.push(mapped);
+            }
         }
         self.page_reads_done = done;
+        for (c, counted) in admit {
+            self.admit_page_in(c, counted);
+        }
     }
 
-    fn complete_page_read(&mut self, p: PendingPageRead, result: io::Result<()>) {
+    /// Maps finished page read `p` (or fails it, or pages it in again); returns its chunk and
+    /// count if it was mapped and the chunk is still to be admitted
+    /// ([`admit_page_in`](Self::admit_page_in)).
+    fn complete_page_read(
+        &mut self,
+        p: PendingPageRead,
+        result: io::Result<()>,
+    ) -> Option<(usize, PageInCount)> {
         let (c, page) = (p.chunk, p.page);
         let pg = self.memory.page;
         let at = self.chunk_range(c).0 + page * pg;
@@ -206,30 +236,47 @@ impl FaultHandler {
                 self.page_in(c, page, PageInSpan::Page);
             }
             let _ = self.uffd.wake(self.memory.base + at, pg);
-            return;
+            return None;
         }
-        let mut done = PageInDone::default();
-        match result.map_err(ReadError::Io).and_then(|()| {
+        let src = match result.map_err(ReadError::Io).and_then(|()| {
             self.io
                 .accept_page_read(c, page, p.slot)
                 .map(|buf| buf.as_ptr())
         }) {
-            Ok(src) => {
-                // SAFETY: `src` is the slot's page-sized buffer, which stays valid and
-                // untouched until `release_page_read` below.
-                let buf = unsafe { std::slice::from_raw_parts(src, pg) };
-                match self.fill_wake(at, pg, Fill::Copy(buf), false) {
-                    Ok(()) => {
-                        done.mapped.push((page, 1));
-                        done.bytes_read = pg;
-                    }
-                    Err(e) => done.failed = Some(((page, 1), PageInError::Map(e))),
-                }
+            Ok(src) => src,
+            Err(e) => {
+                self.io.release_page_read(p.slot);
+                let done = PageInDone {
+                    failed: Some(((page, 1), PageInError::Read(e))),
+                    ..PageInDone::default()
+                };
+                self.finish_page_in(c, page, PageInSpan::Page, done);
+                return None;
             }
-            Err(e) => done.failed = Some(((page, 1), PageInError::Read(e))),
-        }
+        };
+        // The page is counted in first, then the copy maps it and wakes its thread in one call:
+        // the woken thread sees consistent statistics, and no separate wake call stands between
+        // the data and the thread.
+        let done = PageInDone {
+            mapped: vec![(page, 1)],
+            bytes_read: pg,
+            ..PageInDone::default()
+        };
+        let counted = self.count_page_in(c, PageInSpan::Page, &done);
+        // SAFETY: `src` is the slot's page-sized buffer, which stays valid and untouched until
+        // `release_page_read` below.
+        let buf = unsafe { std::slice::from_raw_parts(src, pg) };
+        let mapped = self.fill_wake(at, pg, Fill::Copy(buf), true);
         self.io.release_page_read(p.slot);
-        self.finish_page_in(c, page, PageInSpan::Page, done);
+        match mapped {
+            Ok(()) => Some((c, counted)),
+            Err(e) => {
+                // Not in memory after all: counted out again, then poisoned (which wakes).
+                self.uncount_page_in(c, page, counted);
+                self.fail_run(c, (page, 1), PageInError::Map(e));
+                None
+            }
+        }
     }
 
     /// After the pages of a page-in are mapped (or it failed): counters, residency, the
@@ -239,39 +286,10 @@ impl FaultHandler {
         c: usize,
         page: usize,
         span: PageInSpan,
-        done: PageInDone,
+        mut done: PageInDone,
     ) {
-        let was_out = self.chunks.is(c, ChunkState::Out);
-        let stored_before = self.io.is_stored(c);
-        let PageInDone {
-            mapped,
-            bytes_read,
-            image_bytes,
-            failed,
-        } = done;
-        if bytes_read > 0 || image_bytes > 0 {
-            self.note_refault(c);
-            add(&self.stats().page_ins, 1);
-            add(&self.stats().bytes_read, bytes_read as u64);
-            if span == PageInSpan::Page {
-                add(&self.stats().scattered_page_ins, 1);
-            }
-        } else if !mapped.is_empty() {
-            add(&self.stats().zero_fills, 1);
-        }
-        let mut added = 0;
-        for &(first, n) in &mapped {
-            added += self.chunks.add_resident(c, first, n);
-        }
-        add(&self.stats().resident_pages, added as u64);
-        let now_in = was_out && self.chunks.is(c, ChunkState::In);
-        if now_in {
-            add(&self.stats().resident_chunks, 1);
-            if stored_before {
-                sub(&self.stats().swapped_chunks, 1);
-            }
-        }
-        if let Some((run, e)) = failed {
+        let counted = self.count_page_in(c, span, &done);
+        if let Some((run, e)) = done.failed.take() {
             self.fail_run(c, run, e);
         }
         // Counters first, then the wake: a woken thread sees consistent statistics.
@@ -287,7 +305,74 @@ impl FaultHandler {
                 let _ = self.uffd.wake(self.memory.base + start, len);
             }
         }
+        self.admit_page_in(c, counted);
+    }
+
+    /// The counters and residency of a page-in of chunk `c` that mapped `done.mapped`.
+    fn count_page_in(&mut self, c: usize, span: PageInSpan, done: &PageInDone) -> PageInCount {
+        let was_out = self.chunks.is(c, ChunkState::Out);
+        let stored_before = self.io.is_stored(c);
+        let read = done.bytes_read > 0 || done.image_bytes > 0;
+        if read {
+            self.note_refault(c);
+            add(&self.stats().page_ins, 1);
+            add(&self.stats().bytes_read, done.bytes_read as u64);
+            if span == PageInSpan::Page {
+                add(&self.stats().scattered_page_ins, 1);
+            }
+        } else if !done.mapped.is_empty() {
+            add(&self.stats().zero_fills, 1);
+        }
+        let mut added = 0;
+        for &(first, n) in &done.mapped {
+            added += self.chunks.add_resident(c, first, n);
+        }
+        add(&self.stats().resident_pages, added as u64);
+        let now_in = was_out && self.chunks.is(c, ChunkState::In);
         if now_in {
+            add(&self.stats().resident_chunks, 1);
+            if stored_before {
+                sub(&self.stats().swapped_chunks, 1);
+            }
+        }
+        PageInCount {
+            read,
+            scattered: span == PageInSpan::Page,
+            bytes_read: done.bytes_read,
+            added,
+            now_in,
+            stored_before,
+        }
+    }
+
+    /// Takes back [`count_page_in`](Self::count_page_in) of single page `page` of chunk `c`,
+    /// whose mapping failed.
+    fn uncount_page_in(&mut self, c: usize, page: usize, counted: PageInCount) {
+        if counted.read {
+            sub(&self.stats().page_ins, 1);
+            sub(&self.stats().bytes_read, counted.bytes_read as u64);
+            if counted.scattered {
+                sub(&self.stats().scattered_page_ins, 1);
+            }
+        }
+        if counted.added > 0 {
+            self.chunks.remove_resident(c, page);
+            sub(&self.stats().resident_pages, 1);
+        }
+        if counted.now_in {
+            // It came in with this page alone: out again.
+            self.chunks.set_out(c);
+            sub(&self.stats().resident_chunks, 1);
+            if counted.stored_before {
+                add(&self.stats().swapped_chunks, 1);
+            }
+        }
+    }
+
+    /// A page-in of chunk `c` is over (`counted`): a chunk new in memory joins the policy (or
+    /// is declined), one already in is referenced; then the headroom is restored.
+    fn admit_page_in(&mut self, c: usize, counted: PageInCount) {
+        if counted.now_in {
             if let Some(declined) = self.policy.admit(c as u64) {
                 // A full policy, or one with admission control, returns a victim. Declining `c`
                 // itself: keep it resident outside the policy (as overrun, paged out first at
