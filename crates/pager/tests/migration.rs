@@ -190,6 +190,36 @@ fn swapped_pages_are_sent_without_page_ins() {
 }
 
 #[test]
+fn pages_only_read_while_changes_are_tracked_are_not_sent_again() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let src = region(&dir, mode, 8, 8);
+        src.start_change_tracking().unwrap();
+        // Never written: every read fills zero pages.
+        let mut got = vec![1u8; src.len()];
+        read(&src, 0, &mut got);
+        assert!(got.iter().all(|&b| b == 0), "{mode:?}: zeros");
+        assert!(src.stats().zero_fills > 0, "{mode:?}: the reads filled zeros");
+        assert_eq!(
+            src.take_changed_pages().unwrap(),
+            Vec::<(usize, usize)>::new(),
+            "{mode:?}: pages only read did not change"
+        );
+        write(&src, 5 * ps + 17, &[9]);
+        assert_eq!(
+            src.take_changed_pages().unwrap(),
+            vec![(5, 1)],
+            "{mode:?}: the written page, alone"
+        );
+        src.stop_change_tracking().unwrap();
+    }
+}
+
+#[test]
 fn bad_requests_are_refused_with_the_region_and_offset() {
     if !supported() {
         return;

@@ -30,6 +30,11 @@ use crate::page_reads::PageReadDone;
 /// faults that came meanwhile.
 const SAMPLE_SLICE: usize = 16 << 20;
 
+/// Zeros to copy from (see [`FaultHandler::fill_wake`]), page-aligned like any copy source.
+#[repr(C, align(4096))]
+struct Zeros([u8; 64 << 10]);
+static ZEROS: Zeros = Zeros([0; 64 << 10]);
+
 /// The fault-serving state of one region; [`run`](Self::run) is the thread body.
 pub(crate) struct FaultHandler {
     pub(super) shared: Arc<HandlerShared>,
@@ -531,8 +536,15 @@ impl FaultHandler {
             let rest = len - done;
             let r = match how {
                 Fill::Continue => self.uffd.continue_range(dst, rest, wake, wp),
-                // No write-protect mode for zero pages: such pages read as written, and their
-                // eviction finds them zero without I/O.
+                // UFFDIO_ZEROPAGE has no write-protect mode. While a migration tracks changes,
+                // zeros are copied write-protected instead, so that a page only read is not
+                // sent again as changed.
+                Fill::Zero if wp && self.chunks.tracks_changes() => {
+                    self.uffd
+                        .copy(dst, &ZEROS.0[..rest.min(ZEROS.0.len())], wake, true)
+                }
+                // Otherwise such pages read as written, and their eviction finds them zero
+                // without I/O.
                 Fill::Zero => self.uffd.zeropage(dst, rest, wake),
                 Fill::Copy(src) => self.uffd.copy(dst, &src[done..], wake, wp),
             };
