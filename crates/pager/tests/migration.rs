@@ -203,7 +203,10 @@ fn pages_only_read_while_changes_are_tracked_are_not_sent_again() {
         let mut got = vec![1u8; src.len()];
         read(&src, 0, &mut got);
         assert!(got.iter().all(|&b| b == 0), "{mode:?}: zeros");
-        assert!(src.stats().zero_fills > 0, "{mode:?}: the reads filled zeros");
+        assert!(
+            src.stats().zero_fills > 0,
+            "{mode:?}: the reads filled zeros"
+        );
         assert_eq!(
             src.take_changed_pages().unwrap(),
             Vec::<(usize, usize)>::new(),
