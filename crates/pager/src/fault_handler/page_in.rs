@@ -346,7 +346,7 @@ impl FaultHandler {
     }
 
     /// Takes back [`count_page_in`](Self::count_page_in) of single page `page` of chunk `c`,
-    /// whose mapping failed.
+    /// whose mapping failed. The refault it noted stays: the chunk was read back.
     fn uncount_page_in(&mut self, c: usize, page: usize, counted: PageInCount) {
         if counted.read {
             sub(&self.stats().page_ins, 1);
