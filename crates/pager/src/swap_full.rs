@@ -10,11 +10,16 @@
 //! the program meanwhile: it keeps running over its budget ([`OnSwapFull::Overrun`], the
 //! default), or it is stopped with `SIGSTOP` until someone frees space and continues it
 //! ([`OnSwapFull::Stop`]; `memvisor run --on-swap-full fail`).
+//!
+//! During an episode an overrun chunk's page-out is retried at most once per
+//! [`RETRY_INTERVAL`], not at every page-in: each attempt checksums a chunk and writes it, most
+//! likely in vain, and retried at every page-in that made each page-in cost 0.5 to 1 ms (a
+//! program reading back what swap still held was slowed to a crawl).
 
 use std::fmt;
 use std::io;
 use std::str::FromStr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::region_stats::{add, StatsCounters};
 use crate::swap_file::SwapFile;
@@ -59,6 +64,10 @@ pub(crate) fn is_out_of_space(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
+/// During an episode, the shortest time between a failed write and the next retry of an overrun
+/// chunk's page-out.
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
 /// The figures an episode's messages give.
 pub(crate) struct SwapFigures<'a> {
     /// The region's name.
@@ -80,6 +89,8 @@ pub(crate) struct SwapFullEpisodes {
     since: Option<Instant>,
     /// Writes failed for lack of space in the current episode.
     failures: u64,
+    /// When the last write failed for lack of space.
+    last_failure: Option<Instant>,
 }
 
 impl SwapFullEpisodes {
@@ -100,6 +111,7 @@ impl SwapFullEpisodes {
     ) {
         add(&stats.swap_full_failures, 1);
         self.failures += 1;
+        self.last_failure = Some(Instant::now());
         if self.since.is_none() {
             self.since = Some(Instant::now());
             add(&stats.swap_full_episodes, 1);
@@ -147,6 +159,15 @@ impl SwapFullEpisodes {
             // SAFETY: plain syscalls on this process; SIGSTOP stops every thread, this one
             // included, until SIGCONT. Nothing is held that another process needs.
             unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+        }
+    }
+
+    /// Whether an overrun chunk's page-out may be retried at `now`: always outside an episode,
+    /// during one once [`RETRY_INTERVAL`] has passed since the last failure.
+    pub fn retry_due(&self, now: Instant) -> bool {
+        match (self.since, self.last_failure) {
+            (Some(_), Some(last)) => now.saturating_duration_since(last) >= RETRY_INTERVAL,
+            _ => true,
         }
     }
 
@@ -214,14 +235,19 @@ mod tests {
         assert!(is_out_of_space(&full));
         assert!(!is_out_of_space(&io::Error::from_raw_os_error(libc::EIO)));
         let mut e = SwapFullEpisodes::new(OnSwapFull::Overrun);
+        assert!(e.retry_due(Instant::now()), "no episode: retry at once");
         for _ in 0..5 {
             e.write_failed(&stats, &figures, &full);
         }
+        let now = Instant::now();
+        assert!(!e.retry_due(now), "just failed");
+        assert!(e.retry_due(now + RETRY_INTERVAL), "an interval later");
         assert_eq!(stats.swap_full_episodes.load(Ordering::Relaxed), 1);
         assert_eq!(stats.swap_full_failures.load(Ordering::Relaxed), 5);
         assert_eq!(stats.swap_full.load(Ordering::Relaxed), 1);
         e.write_succeeded(&stats, "r");
         assert_eq!(stats.swap_full.load(Ordering::Relaxed), 0);
+        assert!(e.retry_due(Instant::now()), "the episode is over");
         e.write_succeeded(&stats, "r");
         e.write_failed(&stats, &figures, &full);
         assert_eq!(stats.swap_full_episodes.load(Ordering::Relaxed), 2);

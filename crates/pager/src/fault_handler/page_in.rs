@@ -79,7 +79,8 @@ impl PageInDone {
 }
 
 impl FaultHandler {
-    /// Frees room for `incoming` more resident pages: retries one overrun chunk, then evicts
+    /// Frees room for `incoming` more resident pages: retries one overrun chunk (while swap is
+    /// full, once per [`RETRY_INTERVAL`](crate::swap_full::RETRY_INTERVAL)), then evicts
     /// policy victims until the resident pages fit the budget, counting pages being written
     /// as free once their writes complete (and waiting for those if they are all that is
     /// left).
@@ -87,7 +88,8 @@ impl FaultHandler {
         self.reap_writes(false);
         // Take the chunk off the list first: page_out may complete other writes, which can put
         // chunks on the list.
-        if let Some(o) = self.chunks.pop_overrun() {
+        let retry = self.page_out_options.swap_full.retry_due(Instant::now());
+        if let Some(o) = retry.then(|| self.chunks.pop_overrun()).flatten() {
             if self.page_out(o).is_err() {
                 self.chunks.push_overrun(o);
             } else {
