@@ -13,8 +13,8 @@
 //!
 //! During an episode an overrun chunk's page-out is retried at most once per
 //! [`RETRY_INTERVAL`], not at every page-in: each attempt checksums a chunk and writes it, most
-//! likely in vain, and retried at every page-in that made each page-in cost 0.5 to 1 ms (a
-//! program reading back what swap still held was slowed to a crawl).
+//! likely in vain. Retried at every page-in, it made each page-in cost 0.5 to 1 ms, and a
+//! program reading back what swap still held slowed to a crawl.
 
 use std::fmt;
 use std::io;

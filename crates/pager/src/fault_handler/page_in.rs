@@ -88,8 +88,12 @@ impl FaultHandler {
         self.reap_writes(false);
         // Take the chunk off the list first: page_out may complete other writes, which can put
         // chunks on the list.
-        let retry = self.page_out_options.swap_full.retry_due(Instant::now());
-        if let Some(o) = retry.then(|| self.chunks.pop_overrun()).flatten() {
+        let overrun = if self.page_out_options.swap_full.retry_due(Instant::now()) {
+            self.chunks.pop_overrun()
+        } else {
+            None
+        };
+        if let Some(o) = overrun {
             if self.page_out(o).is_err() {
                 self.chunks.push_overrun(o);
             } else {
