@@ -56,6 +56,9 @@ pub struct GuestResult {
     pub measured_s: f64,
     /// Reads over the whole workload.
     pub reads_total: u64,
+    /// Paced guests (`--rate`): the highest 99th percentile read latency of its phases inside
+    /// the window, microseconds (from when each read was due).
+    pub p99_us: Option<f64>,
     /// Blocks that read back wrong (the run fails unless 0).
     pub errors: u64,
     /// Over the window: memvisor, the pager's page-ins (chunks read from swap or the image);
@@ -123,12 +126,26 @@ pub struct DensityRun {
     pub broker_log: Vec<String>,
 }
 
+/// One `disk` phase a guest reported.
+#[derive(Debug, Clone, Copy)]
+struct ConsolePhase {
+    /// When its line arrived (the phase's end).
+    at: Instant,
+    /// Its length by the guest's clock.
+    ms: f64,
+    reads: u64,
+    /// Verified, and no block read wrong.
+    ok: bool,
+    errors: u64,
+    /// Paced: its 99th percentile read latency, microseconds.
+    p99_us: Option<f64>,
+}
+
 /// A guest's console, parsed.
 #[derive(Debug, Default)]
 struct Console {
     start: Option<Instant>,
-    /// (arrival, ms, reads, verified and ok, errors)
-    phases: Vec<(Instant, f64, u64, bool, u64)>,
+    phases: Vec<ConsolePhase>,
     done: Option<(Instant, bool, u64)>,
     error: Option<String>,
 }
@@ -138,10 +155,14 @@ fn parse_console(lines: &[ConsoleLine]) -> Console {
     for l in lines {
         match parse_result_line(&l.text, 0) {
             Some(Ok(WorkloadResult::Start { .. })) => c.start = c.start.or(Some(l.at)),
-            Some(Ok(WorkloadResult::Disk(d))) => {
-                c.phases
-                    .push((l.at, d.ms, d.reads, d.verified && d.ok, d.errors))
-            }
+            Some(Ok(WorkloadResult::Disk(d))) => c.phases.push(ConsolePhase {
+                at: l.at,
+                ms: d.ms,
+                reads: d.reads,
+                ok: d.verified && d.ok,
+                errors: d.errors,
+                p99_us: d.paced.map(|p| p.p99_us),
+            }),
             Some(Ok(WorkloadResult::Done(d))) => c.done = Some((l.at, d.ok, d.errors)),
             Some(Ok(WorkloadResult::Error { message })) => c.error = Some(message),
             Some(Err(e)) => c.error = Some(e.to_string()),
@@ -151,8 +172,15 @@ fn parse_console(lines: &[ConsoleLine]) -> Console {
     c
 }
 
-/// Reads per second over the phases that began (arrival minus their duration) at or after
-/// `open` and arrived at or before `close`: (reads/s, phases, seconds).
+/// A phase that ended (its line arrived) `at` after `phase_ms` began (arrival minus its
+/// duration) at or after `open` and ended at or before `close`.
+pub fn inside_window(at: Instant, phase_ms: f64, open: Instant, close: Instant) -> bool {
+    at.checked_sub(Duration::from_secs_f64(phase_ms.max(0.0) / 1000.0))
+        .is_some_and(|began| began >= open && at <= close)
+}
+
+/// Reads per second over the phases (arrival, ms, reads) [`inside_window`]: (reads/s,
+/// phases, seconds).
 pub fn rate_in_window(
     phases: &[(Instant, f64, u64)],
     open: Instant,
@@ -162,11 +190,7 @@ pub fn rate_in_window(
     let mut ms = 0.0;
     let mut n = 0;
     for &(at, phase_ms, phase_reads) in phases {
-        let Some(began) = at.checked_sub(Duration::from_secs_f64(phase_ms.max(0.0) / 1000.0))
-        else {
-            continue;
-        };
-        if began >= open && at <= close {
+        if inside_window(at, phase_ms, open, close) {
             reads += phase_reads;
             ms += phase_ms;
             n += 1;
@@ -483,7 +507,7 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
             (None, Some((_, ok, errors))) if !ok || errors > 0 => {
                 Some(format!("found {errors} blocks that read wrong (ok={ok})"))
             }
-            _ if c.phases.iter().any(|p| !p.3 || p.4 > 0) => {
+            _ if c.phases.iter().any(|p| !p.ok || p.errors > 0) => {
                 Some("a phase did not verify".to_string())
             }
             _ => None,
@@ -499,8 +523,15 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
         .unwrap_or(sample_at);
     let mut per_guest = Vec::new();
     for (slot, c) in consoles.iter().enumerate() {
-        let phases: Vec<(Instant, f64, u64)> = c.phases.iter().map(|p| (p.0, p.1, p.2)).collect();
+        let phases: Vec<(Instant, f64, u64)> =
+            c.phases.iter().map(|p| (p.at, p.ms, p.reads)).collect();
         let (rate, count, secs) = rate_in_window(&phases, open, close);
+        let p99_us = c
+            .phases
+            .iter()
+            .filter(|p| inside_window(p.at, p.ms, open, close))
+            .filter_map(|p| p.p99_us)
+            .reduce(f64::max);
         if count == 0 {
             return Err(spec.fail(format!(
                 "guest {slot} had no whole phase inside the {:.0} s window: raise --seconds",
@@ -515,7 +546,8 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
             reads_per_s: rate,
             phases_in_window: count,
             measured_s: secs,
-            reads_total: c.phases.iter().map(|p| p.2).sum(),
+            reads_total: c.phases.iter().map(|p| p.reads).sum(),
+            p99_us,
             errors: c.done.map_or(0, |d| d.2),
             page_ins: b.page_ins.saturating_sub(a.page_ins),
             swap_read_mib: mib(a.swap_read, b.swap_read),
@@ -641,7 +673,12 @@ mod tests {
         ]);
         assert!(c.start.is_some() && c.error.is_none());
         assert_eq!(c.phases.len(), 1);
-        assert_eq!((c.phases[0].2, c.phases[0].3), (5000, true));
+        assert_eq!((c.phases[0].reads, c.phases[0].ok), (5000, true));
+        assert_eq!(c.phases[0].p99_us, None);
+        let paced = parse_console(&[line(
+            "MEMVISOR-RESULT phase=disk pattern=zipf dev=/dev/vda block=4096 blocks=40960 reads=5000 bytes=20480000 ms=5000.2 mbps=4.1 verified=1 rate=1000.0 p50_us=40 p99_us=1290 ok=1 errors=0",
+        )]);
+        assert_eq!(paced.phases[0].p99_us, Some(1290.0));
         assert_eq!(c.done.map(|d| (d.1, d.2)), Some((true, 0)));
     }
 }

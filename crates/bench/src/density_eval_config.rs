@@ -72,6 +72,18 @@ pub struct DensityEvalConfig {
     pub warmup_secs: f64,
     /// Zipf exponent of the guests' block reads.
     pub alpha: f64,
+    /// The guests read uniformly random blocks instead (`alpha` unused): every block of the
+    /// disk is the working set, so a disk smaller than guest RAM is a working set of known
+    /// size.
+    pub uniform: bool,
+    /// Reads a second each guest asks for (`disk --rate`, open loop), or `None`: as fast as it
+    /// can. Paced guests measure whether memory keeps up with a load the CPUs can carry, where
+    /// unpaced TCG guests on 2 CPUs are bound by CPU first.
+    pub rate: Option<f64>,
+    /// Each guest first reads its whole disk once, as fast as it can (64 KiB reads, verified),
+    /// so that its page cache fills its RAM as a long-running guest's does before the
+    /// measured phases (paced guests alone fill it slowly). The window opens after it.
+    pub fill: bool,
     /// Kernel variant: memory of QEMU itself (heap, TCG's code buffer) allowed per guest on
     /// top of the total, bytes (memvisor does not count it either).
     pub qemu_allowance: u64,
@@ -100,6 +112,9 @@ impl DensityEvalConfig {
             phase_secs: 10,
             warmup_secs: 45.0,
             alpha: 0.99,
+            uniform: false,
+            rate: None,
+            fill: false,
             qemu_allowance: 96 * MIB,
             arena: None,
             reps: 2,
@@ -126,15 +141,42 @@ impl DensityEvalConfig {
         f64::from(self.phases * self.phase_secs)
     }
 
-    /// The guest workload: `phases` Zipf reads of the whole disk, `phase_secs` each, every
-    /// block verified. Every phase restarts the generator with the same seed (a new seed would
-    /// move the popular blocks), so each replays the start of the same sequence.
+    /// The guest workload: `phases` Zipf (or uniform) reads of the whole disk, `phase_secs`
+    /// each, every block verified, paced at `rate` if set, after one read of the whole disk if
+    /// `fill`. Every Zipf phase restarts the generator with the same seed (a new seed would move
+    /// the popular blocks), so each replays the start of the same sequence; uniform phases each
+    /// take the next seed.
     pub fn workload(&self) -> String {
-        let one = format!(
-            "disk /dev/vda zipf {} --alpha {} --verify",
-            self.phase_secs, self.alpha
-        );
-        vec![one; self.phases as usize].join("; ")
+        let pace = self.rate.map_or(String::new(), |r| format!(" --rate {r}"));
+        let (pattern, alpha) = if self.uniform {
+            ("random", String::new())
+        } else {
+            ("zipf", format!(" --alpha {}", self.alpha))
+        };
+        let phases = (0..self.phases)
+            .map(|k| {
+                // Uniform phases each take the next seed: one seed replays the same blocks, so
+                // a paced phase (fewer reads than blocks) would only ever visit its first few.
+                let seed = if self.uniform {
+                    format!(" --seed {}", k + 1)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "disk /dev/vda {pattern} {}{alpha}{seed}{pace} --verify",
+                    self.phase_secs
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if self.fill {
+            format!(
+                "disk /dev/vda seq --reads {} --block 65536 --verify; {phases}",
+                self.disk_mib * 16
+            )
+        } else {
+            phases
+        }
     }
 
     /// Memvisor variant: each guest's starting budget and image cache limit for `n` guests:
@@ -198,6 +240,13 @@ impl DensityEvalConfig {
                 "--arena",
                 arena.to_string(),
                 "at least one chunk (1M)",
+            ));
+        }
+        if let Some(r) = self.rate.filter(|r| !(1.0..=1e7).contains(r)) {
+            return Err(BenchError::bad(
+                "--rate",
+                r.to_string(),
+                "reads a second per guest, 1 to 10000000",
             ));
         }
         if self.disk_mib == 0 {
@@ -337,5 +386,38 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--seconds"));
+        let paced = DensityEvalConfig {
+            rate: Some(1500.0),
+            ..config()
+        };
+        paced.validate().unwrap();
+        assert!(paced
+            .workload()
+            .starts_with("disk /dev/vda zipf 10 --alpha 0.99 --rate 1500 --verify; disk"));
+        let filled = DensityEvalConfig {
+            fill: true,
+            ..paced.clone()
+        };
+        assert!(filled.workload().starts_with(
+            "disk /dev/vda seq --reads 4096 --block 65536 --verify; disk /dev/vda zipf 10"
+        ));
+        let uniform = DensityEvalConfig {
+            uniform: true,
+            ..paced
+        };
+        assert!(uniform.workload().starts_with(
+            "disk /dev/vda random 10 --seed 1 --rate 1500 --verify; \
+             disk /dev/vda random 10 --seed 2 --rate 1500 --verify; disk"
+        ));
+        for bad in [0.0, 0.5, f64::NAN, 2e7] {
+            let e = DensityEvalConfig {
+                rate: Some(bad),
+                ..config()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(e.starts_with("bad --rate"), "{e}");
+        }
     }
 }

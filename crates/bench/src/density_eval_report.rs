@@ -37,6 +37,9 @@ pub struct DensityCell {
     pub median_ratio: f64,
     /// Every guest kept at least `keep` of its unconstrained throughput.
     pub keeps: bool,
+    /// Paced guests: the highest p99 read latency of any guest in any repetition,
+    /// microseconds.
+    pub worst_p99_us: Option<f64>,
 }
 
 /// Per variant: how many guests the total holds.
@@ -99,7 +102,13 @@ pub fn density_cells(runs: &[DensityRun], keep: f64) -> Vec<DensityCell> {
             };
             let ratios: Vec<f64> = means.iter().map(|m| base.map_or(0.0, |b| m / b)).collect();
             let min_ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let worst_p99_us = runs
+                .iter()
+                .filter(|r| r.guests == n && r.variant == variant)
+                .flat_map(|r| r.per_guest.iter().filter_map(|g| g.p99_us))
+                .reduce(f64::max);
             cells.push(DensityCell {
+                worst_p99_us,
                 guests: n,
                 variant,
                 reps: runs
@@ -142,14 +151,26 @@ fn list(v: &[String]) -> String {
 pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> String {
     let cells = density_cells(runs, config.keep);
     let mut s = String::new();
+    let pace = config
+        .rate
+        .map_or(String::new(), |r| format!(" paced at {r:.0} a second"));
+    let pace = if config.fill {
+        format!("{pace} after reading all of it once")
+    } else {
+        pace
+    };
     let _ = writeln!(
         s,
-        "Density: the most identical guests ({} MiB RAM, a {} MiB disk each, Zipf {} reads of it, \
+        "Density: the most identical guests ({} MiB RAM, a {} MiB disk each, {} reads of it{pace}, \
          verified) that each keep at least {:.0}% of their unconstrained throughput, under a \
          total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself).\n",
         config.guest_mib,
         config.disk_mib,
-        config.alpha,
+        if config.uniform {
+            "uniformly random".to_string()
+        } else {
+            format!("Zipf {}", config.alpha)
+        },
         config.keep * 100.0,
         config.total >> 20,
         config.qemu_allowance >> 20
@@ -212,6 +233,29 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
             rates(k),
             rates(m),
         );
+    }
+    if cells.iter().any(|c| c.worst_p99_us.is_some()) {
+        let _ = writeln!(
+            s,
+            "\nRead latency of the paced guests, the worst guest's p99 (µs, from when each read \
+             was due):\n\n| N | unconstrained | kernel | memvisor |\n|---:|---:|---:|---:|"
+        );
+        for n in guest_counts(runs) {
+            let p99 = |v: DensityVariant| {
+                cells
+                    .iter()
+                    .find(|c| c.guests == n && c.variant == v)
+                    .and_then(|c| c.worst_p99_us)
+                    .map_or("-".into(), |p| format!("{p:.0}"))
+            };
+            let _ = writeln!(
+                s,
+                "| {n} | {} | {} | {} |",
+                p99(DensityVariant::Unconstrained),
+                p99(DensityVariant::Kernel),
+                p99(DensityVariant::Memvisor)
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -332,6 +376,7 @@ mod tests {
                     phases_in_window: 5,
                     measured_s: 50.0,
                     reads_total: 1000,
+                    p99_us: None,
                     errors: 0,
                     page_ins: 7,
                     swap_read_mib: None,
@@ -427,5 +472,36 @@ mod tests {
             ),
             "{md}"
         );
+        assert!(!md.contains("worst guest's p99"), "{md}");
+    }
+
+    #[test]
+    fn paced_runs_report_the_worst_guests_p99() {
+        let mut runs = vec![
+            run(2, Unconstrained, 0, &[1000.0, 1000.0]),
+            run(2, Kernel, 0, &[990.0, 700.0]),
+            run(2, Kernel, 1, &[995.0, 1000.0]),
+            run(2, Memvisor, 0, &[1000.0, 1000.0]),
+        ];
+        for (r, p99) in runs.iter_mut().zip([
+            [90.0, 120.0],
+            [5000.0, 250.0],
+            [800.0, 40000.0],
+            [300.0, 700.0],
+        ]) {
+            for (g, p) in r.per_guest.iter_mut().zip(p99) {
+                g.p99_us = Some(p);
+            }
+        }
+        let cells = density_cells(&runs, 0.8);
+        let k = cells.iter().find(|c| c.variant == Kernel).unwrap();
+        assert_eq!(k.worst_p99_us, Some(40000.0));
+        let config = DensityEvalConfig {
+            rate: Some(1000.0),
+            ..DensityEvalConfig::sized("m".into(), "w".into(), true)
+        };
+        let md = density_markdown(&config, &runs);
+        assert!(md.contains("| 2 | 120 | 40000 | 700 |"), "{md}");
+        assert!(md.contains("reads of it paced at 1000 a second"), "{md}");
     }
 }

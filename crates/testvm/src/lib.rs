@@ -43,7 +43,7 @@ pub use guest_run::GuestRun;
 pub use process_group::{isolate, kill_group, process_exists};
 pub use qemu_binary::{qemu_binary, QEMU_PROGRAM};
 pub use result_line::{
-    parse_console, parse_result_line, DiskPattern, DiskPhase, Done, MemPhase, MemPhaseKind,
-    WorkloadResult, RESULT_MARKER,
+    parse_console, parse_result_line, DiskPacing, DiskPattern, DiskPhase, Done, MemPhase,
+    MemPhaseKind, WorkloadResult, RESULT_MARKER,
 };
 pub use running_guest::RunningGuest;

@@ -146,6 +146,20 @@ pub struct DiskPhase {
     pub errors: u64,
     /// The first block that read back wrong.
     pub first_bad_block: Option<u64>,
+    /// With `--rate`: the schedule and the reads' latencies.
+    pub paced: Option<DiskPacing>,
+}
+
+/// A paced `disk` run's schedule and latencies (`--rate R`: read k due at k/R seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiskPacing {
+    /// Reads a second asked for.
+    pub rate: f64,
+    /// Median latency in microseconds, from when a read was due (or its wake-up, when the
+    /// workload waited for it) to its end: the upper edge of a bucket about 4% wide.
+    pub p50_us: f64,
+    /// 99th percentile latency in microseconds, measured the same way.
+    pub p99_us: f64,
 }
 
 /// The workload's final line.
@@ -401,6 +415,14 @@ fn parse_body(body: &str) -> Result<WorkloadResult, String> {
                     ok: fields.bool("ok")?,
                     errors: fields.u64("errors")?,
                     first_bad_block: fields.opt_u64("first_bad_block")?,
+                    paced: match fields.get("rate") {
+                        None => None,
+                        Some(_) => Some(DiskPacing {
+                            rate: fields.f64("rate")?,
+                            p50_us: fields.f64("p50_us")?,
+                            p99_us: fields.f64("p99_us")?,
+                        }),
+                    },
                 }))
             } else {
                 Ok(WorkloadResult::Other {
@@ -506,6 +528,27 @@ mod tests {
         );
         assert!(d.verified && d.ok);
         assert_eq!(d.first_bad_block, None);
+        assert_eq!(d.paced, None);
+    }
+
+    #[test]
+    fn paced_disk_phase() {
+        let line = "MEMVISOR-RESULT phase=disk pattern=zipf dev=/dev/vda block=4096 blocks=16384 reads=4000 bytes=16384000 ms=1999.6 mbps=8.2 verified=1 rate=2000.0 p50_us=2 p99_us=10 ok=1 errors=0";
+        let WorkloadResult::Disk(d) = parse(line) else {
+            panic!("not a disk phase")
+        };
+        assert_eq!(
+            d.paced,
+            Some(DiskPacing {
+                rate: 2000.0,
+                p50_us: 2.0,
+                p99_us: 10.0
+            })
+        );
+        // A rate without its latencies is a broken line, not an unpaced one.
+        let broken = line.replace(" p99_us=10", "");
+        let e = parse_result_line(&broken, 0).unwrap().unwrap_err();
+        assert!(e.to_string().contains("p99_us"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ const SAMPLES: &[&str] = &[
     "MEMVISOR-RESULT phase=write mib=256 pages=65536 reads=65536 ms=1853.4 mbps=144.8 ok=1 errors=0 anon_huge_kib=-1",
     "MEMVISOR-RESULT phase=zipf pass=1 mib=256 pages=65536 reads=65536 ms=116.9 mbps=2296.7 ok=0 errors=2 first_bad_page=77",
     "MEMVISOR-RESULT phase=disk pattern=random dev=/dev/vda block=4096 blocks=32768 reads=37056 bytes=151781376 ms=2000.4 mbps=75.9 verified=1 ok=1 errors=0",
+    "MEMVISOR-RESULT phase=disk pattern=zipf dev=/dev/vda block=4096 blocks=65536 reads=10000 bytes=40960000 ms=9999.8 mbps=4.1 verified=1 rate=1000.0 p50_us=41 p99_us=1290 ok=1 errors=0",
     "MEMVISOR-RESULT error message=\"mem: unknown pattern 'x\\\"y' in --patterns\"",
     "MEMVISOR-RESULT done ok=0 errors=1 first_bad_block=777\r",
     "[    1.772602] reboot: Power down",

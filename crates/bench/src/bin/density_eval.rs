@@ -50,6 +50,18 @@ struct Cli {
     /// quick 15].
     #[arg(long, allow_hyphen_values = true)]
     warmup: Option<String>,
+    /// Reads a second each guest asks for (paced, open loop; the report adds each guest's
+    /// p99 read latency) [default: as fast as it can].
+    #[arg(long, allow_hyphen_values = true)]
+    rate: Option<String>,
+    /// The guests read uniformly random blocks, not Zipf 0.99: the whole disk is the working
+    /// set (a disk smaller than guest RAM gives a working set of known size).
+    #[arg(long)]
+    uniform: bool,
+    /// Each guest first reads its whole disk once, as fast as it can, so that its page cache
+    /// fills its RAM before the measured phases (the warm-up must cover it).
+    #[arg(long)]
+    fill: bool,
     /// Kernel variant: memory of each QEMU itself (heap, TCG's code buffer) its group allows
     /// on top of the total (memvisor's budgets do not count it either).
     #[arg(long, default_value = "96M", allow_hyphen_values = true)]
@@ -109,6 +121,13 @@ fn config(cli: &Cli) -> Result<DensityEvalConfig, BenchError> {
             _ => return Err(BenchError::bad("--warmup", w, "seconds in 0..3600")),
         };
     }
+    if let Some(r) = &cli.rate {
+        c.rate = Some(
+            r.trim()
+                .parse()
+                .map_err(|_| BenchError::bad("--rate", r, "reads a second, such as 1500"))?,
+        );
+    }
     c.qemu_allowance =
         memvisor_bench::byte_size::parse_bytes("--qemu-allowance", &cli.qemu_allowance)? as u64;
     if let Some(a) = &cli.arena {
@@ -118,6 +137,8 @@ fn config(cli: &Cli) -> Result<DensityEvalConfig, BenchError> {
         c.reps = number("--reps", r)?;
     }
     c.allow_other_swap = cli.allow_other_swap;
+    c.fill = cli.fill;
+    c.uniform = cli.uniform;
     c.validate()?;
     if !c.memvisor.is_file() {
         return Err(BenchError::bad(
@@ -148,7 +169,10 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
             let cells: Vec<String> = r
                 .per_guest
                 .iter()
-                .map(|g| format!("{:.0}/s in={}", g.reads_per_s, g.page_ins))
+                .map(|g| {
+                    let p99 = g.p99_us.map_or(String::new(), |p| format!(" p99={p:.0}us"));
+                    format!("{:.0}/s in={}{p99}", g.reads_per_s, g.page_ins)
+                })
                 .collect();
             eprintln!(
                 "density-eval: {} guests, {} rep {}: boot {:.0} s, window {:.0} s, kernel swap \
