@@ -68,12 +68,15 @@ fn guest_counts(runs: &[DensityRun]) -> Vec<usize> {
     out
 }
 
-/// Per slot, the mean reads per second of `variant` with `n` guests over its runs.
-fn slot_means(runs: &[DensityRun], n: usize, variant: DensityVariant) -> Option<Vec<f64>> {
-    let rs: Vec<&DensityRun> = runs
-        .iter()
+/// The runs of `variant` with `n` guests.
+fn runs_of(runs: &[DensityRun], n: usize, variant: DensityVariant) -> Vec<&DensityRun> {
+    runs.iter()
         .filter(|r| r.guests == n && r.variant == variant)
-        .collect();
+        .collect()
+}
+
+/// Per slot of `n`, the mean reads per second over `rs` (`None` without a run).
+fn slot_means(rs: &[&DensityRun], n: usize) -> Option<Vec<f64>> {
     if rs.is_empty() {
         return None;
     }
@@ -93,28 +96,24 @@ fn slot_means(runs: &[DensityRun], n: usize, variant: DensityVariant) -> Option<
 pub fn density_cells(runs: &[DensityRun], keep: f64) -> Vec<DensityCell> {
     let mut cells = Vec::new();
     for n in guest_counts(runs) {
-        let base = slot_means(runs, n, DensityVariant::Unconstrained)
+        let base = slot_means(&runs_of(runs, n, DensityVariant::Unconstrained), n)
             .map(|b| b.iter().sum::<f64>() / b.len().max(1) as f64)
             .filter(|b| *b > 0.0);
         for variant in DensityVariant::ALL {
-            let Some(means) = slot_means(runs, n, variant) else {
+            let mine = runs_of(runs, n, variant);
+            let Some(means) = slot_means(&mine, n) else {
                 continue;
             };
             let ratios: Vec<f64> = means.iter().map(|m| base.map_or(0.0, |b| m / b)).collect();
             let min_ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let worst_p99_us = runs
-                .iter()
-                .filter(|r| r.guests == n && r.variant == variant)
-                .flat_map(|r| r.per_guest.iter().filter_map(|g| g.p99_us))
-                .reduce(f64::max);
             cells.push(DensityCell {
-                worst_p99_us,
+                worst_p99_us: mine
+                    .iter()
+                    .flat_map(|r| r.per_guest.iter().filter_map(|g| g.p99_us))
+                    .reduce(f64::max),
                 guests: n,
                 variant,
-                reps: runs
-                    .iter()
-                    .filter(|r| r.guests == n && r.variant == variant)
-                    .count(),
+                reps: mine.len(),
                 reads_per_s: means,
                 keeps: base.is_some() && min_ratio >= keep,
                 median_ratio: median(&ratios),
