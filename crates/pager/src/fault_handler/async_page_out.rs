@@ -215,7 +215,7 @@ impl FaultHandler {
         let headroom = (self.page_out_options.headroom.min(budget / ppc / 4) * ppc)
             .min(self.chunks.region_pages().saturating_sub(budget));
         let target = budget - headroom;
-        while self.chunks.resident_total() - self.chunks.writing_pages() + incoming > target
+        while self.chunks.resident_in_budget() - self.chunks.writing_pages() + incoming > target
             && self.chunks.writing() < depth
         {
             match self.policy.evict() {

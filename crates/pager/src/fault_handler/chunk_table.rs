@@ -564,6 +564,15 @@ impl ChunkTable {
         self.overrun.len()
     }
 
+    /// Resident pages the budget counts: all but those of overrun chunks, which are over the
+    /// budget by definition. Counting them would leave the policy no room while swap is full:
+    /// every page-in would evict the chunk just brought in, before its thread used it.
+    /// O(overrun chunks).
+    pub fn resident_in_budget(&self) -> usize {
+        let over: usize = self.overrun.iter().map(|&c| self.resident_pages(c)).sum();
+        self.resident_total - over
+    }
+
     /// Debug builds: every chunk with resident pages is `In` or `Writing`, every `In` chunk is
     /// tracked exactly once (by the policy, as `in_policy` tells, or as overrun) and nothing
     /// else is, a page is never both resident and poisoned, the totals (resident pages,
