@@ -6,9 +6,12 @@
 //! `munmap` from inside `calloc` re-entered jemalloc through the library's own allocation).
 //! With a separate heap, nothing the library does while serving an interposed call can wait
 //! for the program's allocator. Memory comes from raw `mmap` system calls: power-of-two size
-//! classes from 16 bytes to 64 KiB, carved from 1 MiB blocks and recycled through per-class
-//! free lists (never returned to the kernel); larger allocations are mapped and unmapped
-//! directly. A zeroed large allocation is a fresh mapping left untouched: its pages cost
+//! classes from 16 bytes to 64 KiB, carved in order from 1 MiB blocks as they are asked for and
+//! recycled through per-class free lists (never returned to the kernel); larger allocations are
+//! mapped and unmapped directly. Carving a block only as it is used keeps its untouched pages
+//! out of memory: threading a new block's every piece onto the free list at once wrote a word
+//! in each of its pages, and made about 8.5 MiB resident in every managed process (a 1 MiB
+//! block for each class of a page or less). A zeroed large allocation is a fresh mapping left untouched: its pages cost
 //! nothing until written (the pager's per-page tables of a large arena are mostly never
 //! written; zeroing them by hand made about 1 KiB per MiB of arena resident, 48 MiB per
 //! process with the default arena here).
@@ -31,8 +34,8 @@ const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 const BLOCK: usize = 1 << 20;
 const PAGE: usize = 4096;
 
-/// Free-list heads (addresses of free blocks; each free block stores the next address).
-static FREE: Mutex<[usize; CLASSES]> = Mutex::new([0; CLASSES]);
+/// The size classes, smallest first.
+static SIZE_CLASSES: Mutex<[SizeClass; CLASSES]> = Mutex::new([SizeClass::EMPTY; CLASSES]);
 /// The largest freed mapping kept for reuse.
 pub const REUSED_MAX: usize = 4 << 20;
 /// At most this many bytes of freed mappings are kept.
@@ -89,6 +92,67 @@ impl ReusedMappings {
         self.bytes -= oldest.0;
         Some(oldest)
     }
+}
+
+/// One size class: the blocks freed (a list threaded through their first words) and the part of
+/// its newest 1 MiB block not handed out yet, carved in address order.
+#[derive(Debug, Clone, Copy)]
+struct SizeClass {
+    /// The first freed block (0: none); each stores the next one's address.
+    free: usize,
+    /// The next block never handed out, and the end of the mapping it lies in.
+    next: usize,
+    end: usize,
+}
+
+impl SizeClass {
+    /// Nothing mapped yet.
+    const EMPTY: Self = Self {
+        free: 0,
+        next: 0,
+        end: 0,
+    };
+
+    /// A block of `size` bytes (this class's): the last one freed, else the next one never
+    /// handed out (a new 1 MiB mapping once the current one is used up). Null if the mapping
+    /// fails.
+    fn take(&mut self, size: usize) -> *mut u8 {
+        if self.free != 0 {
+            let p = self.free;
+            // SAFETY: a freed block stores the address of the next one in its first word.
+            self.free = unsafe { (p as *const usize).read() };
+            return p as *mut u8;
+        }
+        if self.end - self.next < size {
+            // Used up (a mapping is a whole number of blocks: nothing is left over).
+            let len = BLOCK.max(size);
+            let block = map(len);
+            if block.is_null() {
+                return block;
+            }
+            self.next = block as usize;
+            self.end = self.next + len;
+        }
+        let p = self.next;
+        self.next += size;
+        p as *mut u8
+    }
+
+    /// Puts block `p` back on the free list.
+    ///
+    /// # Safety
+    /// `p` is a block of this class that [`take`](Self::take) handed out and nobody uses any
+    /// more.
+    unsafe fn give_back(&mut self, p: *mut u8) {
+        // SAFETY: the block is the caller's to give up, aligned for a usize and at least 16
+        // bytes: its first word now holds the free-list link.
+        unsafe { (p as *mut usize).write(self.free) };
+        self.free = p as usize;
+    }
+}
+
+fn size_classes() -> std::sync::MutexGuard<'static, [SizeClass; CLASSES]> {
+    SIZE_CLASSES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn reused() -> std::sync::MutexGuard<'static, ReusedMappings> {
@@ -169,27 +233,7 @@ unsafe impl GlobalAlloc for ShimAllocator {
             }
             return start as *mut u8;
         };
-        let size = 1usize << (c as u32 + MIN_SHIFT);
-        let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-        if free[c] == 0 {
-            let block = map(BLOCK.max(size));
-            if block.is_null() {
-                return block;
-            }
-            // Link every piece of the new block into the free list.
-            let pieces = BLOCK.max(size) / size;
-            for i in (0..pieces).rev() {
-                let piece = block as usize + i * size;
-                // SAFETY: the piece lies inside the fresh block, is aligned for a usize, and
-                // nothing else refers to it.
-                unsafe { (piece as *mut usize).write(free[c]) };
-                free[c] = piece;
-            }
-        }
-        let p = free[c];
-        // SAFETY: a free block stores the address of the next one in its first word.
-        free[c] = unsafe { (p as *const usize).read() };
-        p as *mut u8
+        size_classes()[c].take(1usize << (c as u32 + MIN_SHIFT))
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -226,13 +270,8 @@ unsafe impl GlobalAlloc for ShimAllocator {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match class_of(layout).filter(|_| layout.align() <= PAGE) {
-            Some(c) => {
-                let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-                // SAFETY: the caller returns a block of this class it no longer uses; its first
-                // word now holds the free-list link.
-                unsafe { (ptr as *mut usize).write(free[c]) };
-                free[c] = ptr as usize;
-            }
+            // SAFETY: the caller returns a block of this class it no longer uses.
+            Some(c) => unsafe { size_classes()[c].give_back(ptr) },
             None => {
                 let len = large_len(layout);
                 // Only page-aligned mappings are kept (an over-aligned one was trimmed to
@@ -401,6 +440,37 @@ mod tests {
         // SAFETY: mincore on an unmapped range only reports ENOMEM.
         let r = unsafe { libc::mincore(b.cast(), PAGE, &mut v) };
         assert_eq!(r, -1, "a buffer beyond REUSED_MAX stayed mapped");
+    }
+
+    #[test]
+    fn a_class_block_is_carved_as_it_is_used() {
+        let mut class = SizeClass::EMPTY;
+        let size = 64;
+        let first = class.take(size);
+        assert!(!first.is_null());
+        // One small block in use: one page of its 1 MiB mapping in memory, not all of them.
+        // SAFETY: the block is `size` bytes.
+        unsafe { std::ptr::write_bytes(first, 0xa5, size) };
+        assert_eq!(resident_pages(first, BLOCK), 1);
+        // The next blocks follow in order, to the end of the mapping; then a new one.
+        let mut last = first;
+        for _ in 1..BLOCK / size {
+            let p = class.take(size);
+            assert_eq!(p as usize, last as usize + size);
+            last = p;
+        }
+        let other = class.take(size);
+        assert!(other as usize >= first as usize + BLOCK || (other as usize) < first as usize);
+        // Freed blocks come back first, the last freed first.
+        // SAFETY: both were handed out by `take` and are not used any more.
+        unsafe {
+            class.give_back(first);
+            class.give_back(last);
+        }
+        assert_eq!(class.take(size), last);
+        assert_eq!(class.take(size), first);
+        assert_eq!(class.take(size) as usize, other as usize + size);
+        // The test's mappings stay: unmapping them would need their bounds kept here.
     }
 
     #[test]
