@@ -11,10 +11,10 @@
 //! mapped and unmapped directly. Carving a block only as it is used keeps its untouched pages
 //! out of memory: threading a new block's every piece onto the free list at once wrote a word
 //! in each of its pages, and made about 8.5 MiB resident in every managed process (a 1 MiB
-//! block for each class of a page or less). A zeroed large allocation is a fresh mapping left untouched: its pages cost
-//! nothing until written (the pager's per-page tables of a large arena are mostly never
-//! written; zeroing them by hand made about 1 KiB per MiB of arena resident, 48 MiB per
-//! process with the default arena here).
+//! block for each class of a page or less). A zeroed large allocation is a fresh mapping left
+//! untouched: its pages cost nothing until written (the pager's per-page tables of a large
+//! arena are mostly never written; zeroing them by hand made about 1 KiB per MiB of arena
+//! resident, 48 MiB per process with the default arena here).
 //!
 //! Freed large allocations of up to [`REUSED_MAX`] bytes are kept for reuse, at most
 //! [`REUSED_TOTAL`] bytes of them (the oldest unmapped to make room), and handed out again for
@@ -460,7 +460,8 @@ mod tests {
             last = p;
         }
         let other = class.take(size);
-        assert!(other as usize >= first as usize + BLOCK || (other as usize) < first as usize);
+        let first_mapping = first as usize..first as usize + BLOCK;
+        assert!(!first_mapping.contains(&(other as usize)), "a new mapping");
         // Freed blocks come back first, the last freed first.
         // SAFETY: both were handed out by `take` and are not used any more.
         unsafe {
