@@ -198,9 +198,11 @@ impl FaultHandler {
     /// budget (at most a quarter of it) are free, counting pages being written as free soon,
     /// with at most the engine's depth of chunks being written. No more is kept free than the
     /// region could ever bring in beyond its budget: a region whose budget covers it whole
-    /// never evicts for headroom (it would only evict pages it then faults back).
-    pub(super) fn keep_headroom(&mut self) {
-        self.keep_headroom_for(0, None);
+    /// never evicts for headroom (it would only evict pages it then faults back). Chunk
+    /// `paged_in`, whose page-in just woke its thread, is never evicted here: that thread may
+    /// not have run yet, and taking its pages away would only make it fault again.
+    pub(super) fn keep_headroom(&mut self, paged_in: usize) {
+        self.keep_headroom_for(0, Some(paged_in));
     }
 
     /// [`keep_headroom`](Self::keep_headroom) as if `incoming` more pages were resident

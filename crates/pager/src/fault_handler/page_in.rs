@@ -395,7 +395,7 @@ impl FaultHandler {
         } else if self.policy.contains(c as u64) {
             self.policy.mark_referenced(c as u64);
         }
-        self.keep_headroom();
+        self.keep_headroom(c);
     }
 
     /// The runs of pages of chunk `c` a page-in of `span` (faulting page `page`) brings in:
