@@ -217,7 +217,10 @@ impl FaultHandler {
         let headroom = (self.page_out_options.headroom.min(budget / ppc / 4) * ppc)
             .min(self.chunks.region_pages().saturating_sub(budget));
         let target = budget - headroom;
-        while self.chunks.resident_in_budget() - self.chunks.writing_pages() + incoming > target
+        // Taken once: a write failing meanwhile adds an overrun chunk, which only makes this
+        // loop evict a little more than needed.
+        let over = self.chunks.overrun_pages();
+        while self.chunks.resident_total() - over - self.chunks.writing_pages() + incoming > target
             && self.chunks.writing() < depth
         {
             match self.policy.evict() {

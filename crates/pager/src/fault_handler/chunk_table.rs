@@ -564,13 +564,12 @@ impl ChunkTable {
         self.overrun.len()
     }
 
-    /// Resident pages the budget counts: all but those of overrun chunks, which are over the
-    /// budget by definition. Counting them would leave the policy no room while swap is full:
-    /// every page-in would evict the chunk just brought in, before its thread used it.
-    /// O(overrun chunks).
-    pub fn resident_in_budget(&self) -> usize {
-        let over: usize = self.overrun.iter().map(|&c| self.resident_pages(c)).sum();
-        self.resident_total - over
+    /// Resident pages of the overrun chunks: over the budget by definition, so the budget counts
+    /// the others only (`resident_total() - overrun_pages()`). Counting them would leave the
+    /// policy no room while swap is full: every page-in would evict the chunk just brought in,
+    /// before its thread used it. O(overrun chunks): callers take it once per eviction loop.
+    pub fn overrun_pages(&self) -> usize {
+        self.overrun.iter().map(|&c| self.resident_pages(c)).sum()
     }
 
     /// Debug builds: every chunk with resident pages is `In` or `Writing`, every `In` chunk is

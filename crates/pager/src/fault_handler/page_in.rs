@@ -82,7 +82,7 @@ impl FaultHandler {
     /// Frees room for `incoming` more resident pages: retries one overrun chunk (while swap is
     /// full, once per [`RETRY_INTERVAL`](crate::swap_full::RETRY_INTERVAL)), then evicts
     /// policy victims until the resident pages fit the budget (overrun chunks are over it: see
-    /// [`ChunkTable::resident_in_budget`]), counting pages being written
+    /// [`ChunkTable::overrun_pages`]), counting pages being written
     /// as free once their writes complete (and waiting for those if they are all that is
     /// left).
     pub(super) fn make_room(&mut self, incoming: usize) {
@@ -104,14 +104,17 @@ impl FaultHandler {
         // Pages being read on their own will be resident soon: count them.
         let incoming = incoming + self.chunks.reading_total();
         let overrun_before = self.chunks.overrun_len();
+        // Taken once: the loop ends as soon as the overrun list grows, and nothing else
+        // changes the overrun chunks' pages meanwhile.
+        let over = self.chunks.overrun_pages();
         let mut waited = false;
-        while self.chunks.resident_in_budget() + incoming > self.budget_pages {
+        while self.chunks.resident_total() - over + incoming > self.budget_pages {
             if self.chunks.overrun_len() > overrun_before {
                 // A page-out failed (swap full, I/O error): overrun the budget rather than
                 // try every other chunk, which would most likely fail the same way.
                 break;
             }
-            let settled = self.chunks.resident_in_budget() - self.chunks.writing_pages();
+            let settled = self.chunks.resident_total() - over - self.chunks.writing_pages();
             if settled + incoming <= self.budget_pages || self.policy.is_empty() {
                 // What the writes in flight free is enough (or all there is): wait for them.
                 if self.chunks.writing() == 0 {
