@@ -411,6 +411,7 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
                 "--total",
                 &config.total.to_string(),
             ]);
+            c.args(&config.broker_args);
             Some(LiveGuest::spawn(c, format!("{} / broker", spec.label()))?)
         }
         _ => None,

@@ -90,6 +90,9 @@ pub struct DensityEvalConfig {
     /// Memvisor variant: `memvisor run --arena`, bytes (`None`: memvisor's default, twice
     /// host RAM; its per-page tables cost no memory until used).
     pub arena: Option<u64>,
+    /// Memvisor variant: more arguments of `memvisor broker`, after `--total` (`--broker-arg`,
+    /// repeated; the broker checks them, and a run whose broker exits fails with its message).
+    pub broker_args: Vec<String>,
     /// Repetitions (the variant order rotates).
     pub reps: usize,
     /// Run the kernel variant even if another swap area is active.
@@ -117,6 +120,7 @@ impl DensityEvalConfig {
             fill: false,
             qemu_allowance: 96 * MIB,
             arena: None,
+            broker_args: Vec::new(),
             reps: 2,
             allow_other_swap: false,
         };

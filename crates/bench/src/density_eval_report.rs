@@ -162,7 +162,7 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
         s,
         "Density: the most identical guests ({} MiB RAM, a {} MiB disk each, {} reads of it{pace}, \
          verified) that each keep at least {:.0}% of their unconstrained throughput, under a \
-         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself).\n",
+         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself){}.\n",
         config.guest_mib,
         config.disk_mib,
         if config.uniform {
@@ -172,7 +172,12 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
         },
         config.keep * 100.0,
         config.total >> 20,
-        config.qemu_allowance >> 20
+        config.qemu_allowance >> 20,
+        if config.broker_args.is_empty() {
+            String::new()
+        } else {
+            format!("; memvisor broker {}", config.broker_args.join(" "))
+        }
     );
     let _ = writeln!(
         s,
@@ -502,5 +507,16 @@ mod tests {
         let md = density_markdown(&config, &runs);
         assert!(md.contains("| 2 | 120 | 40000 | 700 |"), "{md}");
         assert!(md.contains("reads of it paced at 1000 a second"), "{md}");
+        assert!(md.contains("QEMU itself).\n"), "{md}");
+        // The broker's own arguments are part of the set-up the header names.
+        let config = DensityEvalConfig {
+            broker_args: vec!["--hysteresis".into(), "8M".into()],
+            ..config
+        };
+        let md = density_markdown(&config, &runs);
+        assert!(
+            md.contains("QEMU itself); memvisor broker --hysteresis 8M.\n"),
+            "{md}"
+        );
     }
 }

@@ -69,6 +69,10 @@ struct Cli {
     /// Memvisor variant: `memvisor run --arena` [default: memvisor's own, twice host RAM].
     #[arg(long, allow_hyphen_values = true)]
     arena: Option<String>,
+    /// Memvisor variant: one more argument of `memvisor broker` after `--total`; repeat it for
+    /// several (`--broker-arg=--hysteresis --broker-arg=8M`).
+    #[arg(long = "broker-arg", value_name = "ARG", allow_hyphen_values = true)]
+    broker_arg: Vec<String>,
     /// Repetitions (the variant order rotates) [default: 2; quick 1].
     #[arg(long, allow_hyphen_values = true)]
     reps: Option<String>,
@@ -137,6 +141,7 @@ fn config(cli: &Cli) -> Result<DensityEvalConfig, BenchError> {
         c.reps = number("--reps", r)?;
     }
     c.allow_other_swap = cli.allow_other_swap;
+    c.broker_args = cli.broker_arg.clone();
     c.fill = cli.fill;
     c.uniform = cli.uniform;
     c.validate()?;
