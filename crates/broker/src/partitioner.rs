@@ -17,10 +17,11 @@
 //!   memory would save (refaults of evicted chunks or blocks), so a donor's loss is estimated
 //!   from its curve at its current budget and from the last curve measured when its budget
 //!   was lower ([`Claimant::below`]: what the top of its budget saves; a working set that just
-//!   fits refaults nothing above it): the broker climbs the hill a step at a time, as
-//!   Cliffhanger does with shadow queues (Cidon et al., NSDI 2016), and a donor that starts to
-//!   refault wins its memory back at the next decision. The rate limit bounds what one
-//!   decision moves.
+//!   fits refaults nothing above it), over all that a move would take from it; a claimant
+//!   not measured at its present size yet gives nothing. The broker climbs the hill a step
+//!   at a time, as Cliffhanger does with shadow queues (Cidon et al., NSDI 2016), and a
+//!   donor that starts to refault wins its memory back at the next decision. The rate limit
+//!   bounds what one decision moves.
 //!
 //! Budgets change only by at least the hysteresis (except to fit the total or the bounds),
 //! and no decision leaves the sum of budgets above the total.
@@ -81,8 +82,8 @@ pub struct Claimant {
     pub max: u64,
     /// Its weight in `proportional` mode (guest RAM size, image size).
     pub weight: u64,
-    /// What more memory saves it (`utility` mode; `None`: not measured yet, counted as
-    /// saving nothing).
+    /// What more memory saves it (`utility` mode; `None`: not measured at this size yet: it
+    /// is counted as saving nothing when memory is handed out, and gives none to others).
     pub curve: Option<UtilityCurve>,
     /// A curve measured while its budget was `offset` bytes lower, `(offset, curve)`: what the
     /// top `offset` bytes of its budget save, so what taking them back would cost. A process
@@ -93,8 +94,9 @@ pub struct Claimant {
 
 impl Claimant {
     /// Milliseconds per second (per byte) that taking `step` bytes away would cost: the most
-    /// of its curve's first step up and what its curve from below says the top of its budget
-    /// saves.
+    /// of what `step` bytes more would save (its curve) and what its curve from below says
+    /// the top `step` bytes of its budget save. Over the whole amount taken, not one step
+    /// extrapolated: the top step of a loop that fits saves nothing, the next few its cliff.
     fn loss_per_byte(&self, step: u64) -> f64 {
         let above = self.curve.as_ref().map_or(0.0, |c| c.saved_with(step));
         let below = self.below.as_ref().map_or(0.0, |(offset, c)| {
@@ -387,6 +389,25 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
         }
     };
     let start: Vec<u64> = (0..n).map(|i| given(i, &to)).collect();
+    // What claimant `j` could give (down to its minimum) losing less per byte than `ratio`
+    // over the margin: all it has above its minimum, else the most of one step, two, four...
+    // that is cheap enough over the whole amount given.
+    let givable = |j: usize, to: &[u64], ratio: f64| -> u64 {
+        let spare = to[j].saturating_sub(claimants[j].min);
+        let cheap = |x: u64| claimants[j].loss_per_byte(x) * (1.0 + limits.margin) < ratio;
+        if spare == 0 || cheap(spare) {
+            return spare;
+        }
+        let mut most = 0;
+        let mut x = step;
+        while x < spare {
+            if cheap(x) {
+                most = x;
+            }
+            x = x.saturating_mul(2);
+        }
+        most
+    };
     // A climb is aimed only at what can be had: memory nobody holds plus what the processes
     // that would lose less per byte than the climb gains could give (each down to its
     // minimum). A cliff out of reach is not climbed part of the way for nothing.
@@ -395,9 +416,8 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
         let (x, g) = lookahead(i, to, room)?;
         let ratio = g / x as f64;
         let cheap: u64 = (0..n)
-            .filter(|&j| j != i && grown[j] == 0)
-            .filter(|&j| loss_per_byte(j) * (1.0 + limits.margin) < ratio)
-            .map(|j| to[j].saturating_sub(claimants[j].min))
+            .filter(|&j| j != i && grown[j] == 0 && claimants[j].curve.is_some())
+            .map(|j| givable(j, to, ratio))
             .sum();
         let obtainable = room.min(free + cheap);
         if x <= obtainable {
@@ -448,13 +468,17 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
             // At least the hysteresis: a concave curve's best step is its first, often
             // smaller.
             let least = limits.hysteresis.div_ceil(step) * step;
-            // The donor that loses least among those that can give that much.
+            // The donor that loses least among those that can give that much. A claimant
+            // not measured at its present size (just changed: its refaults restart counting)
+            // is no donor: its loss is unknown, not nothing. Taken for nothing, a guest shrunk
+            // one decision was robbed again at the next (56M, then 20M), refaulted, and won
+            // its memory back: 34 changes among four identical guests in 80 s.
             let d = (0..n)
-                .filter(|&i| i != r && grown[i] == 0)
+                .filter(|&i| i != r && grown[i] == 0 && claimants[i].curve.is_some())
                 .filter(|&i| to[i] >= claimants[i].min + least.max(step))
                 .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)));
             let Some(d) = d else { continue };
-            let x = x_full
+            let mut x = x_full
                 .max(least)
                 .min(claimants[r].max.saturating_sub(to[r]))
                 .min(limits.max_move - moved)
@@ -462,15 +486,20 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
                 / step
                 * step;
             // Toward a cliff the rate limit cuts short, the climb's own ratio counts.
-            let gain_per_byte = if x < x_full {
-                g_full / x_full as f64
-            } else {
-                curve(r).gain_beyond(given(r, &to), x) / x.max(1) as f64
+            let gain_per_byte = |x: u64| {
+                if x < x_full {
+                    g_full / x_full as f64
+                } else {
+                    curve(r).gain_beyond(given(r, &to), x) / x.max(1) as f64
+                }
             };
-            if x == 0
-                || x < limits.hysteresis
-                || gain_per_byte <= loss_per_byte(d) * (1.0 + limits.margin)
+            // The donor's loss over all it gives: halve the move until it pays.
+            while x >= least.max(step)
+                && gain_per_byte(x) <= claimants[d].loss_per_byte(x) * (1.0 + limits.margin)
             {
+                x = x / 2 / step * step;
+            }
+            if x == 0 || x < limits.hysteresis {
                 continue;
             }
             reason[r] = reason_gain(r, &to, x_full.max(x), start[r]);
@@ -673,6 +702,28 @@ mod tests {
     }
 
     #[test]
+    fn a_claimant_not_measured_at_its_size_gives_nothing() {
+        // The first was just shrunk: no curve at its new size yet. The second needs memory.
+        let cs = vec![
+            claimant(1, 256 * M, None),
+            claimant(2, 256 * M, Some(knee(50.0, 16))),
+        ];
+        let a = partition(Mode::Utility, &limits(512 * M), &cs).unwrap();
+        assert_eq!(budgets(&a), vec![256, 256]);
+        // Measured (idle), it gives.
+        let mut measured = cs.clone();
+        measured[0].curve = Some(knee(0.0, 0));
+        let a = partition(Mode::Utility, &limits(512 * M), &measured).unwrap();
+        assert_eq!(budgets(&a), vec![64, 448]);
+        // Unmeasured, its memory is not counted as reachable either: a climb aims only at
+        // what the measured ones and the free memory can give.
+        let mut three = cs.clone();
+        three.push(claimant(3, 96 * M, Some(knee(0.0, 0))));
+        let a = partition(Mode::Utility, &limits(608 * M), &three).unwrap();
+        assert_eq!(budgets(&a), vec![256, 288, 64]);
+    }
+
+    #[test]
     fn a_cliff_beyond_the_rate_limit_is_climbed_a_part_at_a_time() {
         // A loop of 384 MiB more than its budget: nothing saved until all of it is there.
         let cliff = cliff(24, 500.0);
@@ -711,6 +762,27 @@ mod tests {
         blind[1].below = None;
         let a = partition(Mode::Utility, &limits(1024 * M), &blind).unwrap();
         assert_eq!(budgets(&a), vec![960, 64]);
+    }
+
+    #[test]
+    fn a_donor_loses_what_all_it_gives_saves_not_its_top_step() {
+        // A loop grown from 160 MiB to 288 MiB: measured at 160 MiB, 80 MiB more saved all
+        // its 972 ms/s, so its top 48 MiB save nothing and the 80 MiB under them everything.
+        // A stream at 288 MiB whose cliff is 112 MiB away (922 ms/s) asks for memory.
+        let mut the_loop = claimant(1, 288 * M, Some(knee(0.0, 0)));
+        the_loop.below = Some((128 * M, cliff(5, 972.0)));
+        let stream = claimant(2, 288 * M, Some(cliff(7, 922.0)));
+        let cs = vec![the_loop, stream, claimant(3, 64 * M, Some(knee(0.0, 0)))];
+        let a = partition(Mode::Utility, &limits(640 * M), &cs).unwrap();
+        // Its top step alone costs nothing, but the 112 MiB the stream needs would cross
+        // the loop's cliff: the loop keeps what it uses, the stream does not climb for
+        // a part of its cliff it cannot reach.
+        assert_eq!(budgets(&a), vec![288, 288, 64]);
+        // With the stream's cliff 48 MiB away, the loop's unused top pays for it.
+        let mut near = cs.clone();
+        near[1].curve = Some(cliff(3, 922.0));
+        let a = partition(Mode::Utility, &limits(640 * M), &near).unwrap();
+        assert_eq!(budgets(&a), vec![240, 336, 64]);
     }
 
     #[test]

@@ -27,19 +27,22 @@ pub struct BrokerArgs {
     /// Time between decisions (curves are measured over it).
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     interval: String,
-    /// Budgets and image cache limits move in multiples of this.
-    #[arg(long, default_value = "16M", value_name = "SIZE")]
-    step: String,
+    /// Budgets and image cache limits move in multiples of this (default: a 64th of the
+    /// total rounded down to a power of two, 1M to 16M; 16M from a 1G total up).
+    #[arg(long, value_name = "SIZE")]
+    step: Option<String>,
     /// The most one decision moves (utility) or changes one budget or limit (static,
     /// proportional).
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     max_change: String,
-    /// Changes smaller than this are not made (except to fit the total or a bound).
-    #[arg(long, default_value = "32M", value_name = "SIZE")]
-    hysteresis: String,
-    /// Least budget of a process (at least one of its chunks).
-    #[arg(long, default_value = "64M", value_name = "SIZE")]
-    min: String,
+    /// Changes smaller than this are not made (except to fit the total or a bound; default:
+    /// two steps).
+    #[arg(long, value_name = "SIZE")]
+    hysteresis: Option<String>,
+    /// Least budget of a process (at least one of its chunks; default: four steps, at most
+    /// --max).
+    #[arg(long, value_name = "SIZE")]
+    min: Option<String>,
     /// Most budget of a process (default: its guest RAM, else the total).
     #[arg(long, value_name = "SIZE")]
     max: Option<String>,
@@ -48,11 +51,11 @@ pub struct BrokerArgs {
     /// caches have --image-min and --image-max.
     #[arg(long = "limit", value_name = "NAME=MIN:MAX")]
     limits: Vec<String>,
-    /// Least host cache limit of a disk image (at least 1M). Only images that have a limit
-    /// (`memvisor run --image-cache`, `memvisor set --image-cache`) are divided with the
-    /// budgets; the others are left to the kernel.
-    #[arg(long, default_value = "16M", value_name = "SIZE")]
-    image_min: String,
+    /// Least host cache limit of a disk image (at least 1M; default: one step, at most
+    /// --image-max). Only images that have a limit (`memvisor run --image-cache`, `memvisor
+    /// set --image-cache`) are divided with the budgets; the others are left to the kernel.
+    #[arg(long, value_name = "SIZE")]
+    image_min: Option<String>,
     /// Most host cache limit of a disk image (default: the total).
     #[arg(long, value_name = "SIZE")]
     image_max: Option<String>,
@@ -92,6 +95,19 @@ fn size(option: &str, text: &str) -> Result<u64, BrokerError> {
     }
 }
 
+/// The step an omitted `--step` gets: a 64th of the total rounded down to a power of two,
+/// from 1M to 16M (16M from a 1G total up). The hysteresis (two steps) and the minimums (a
+/// process four steps, an image cache one) follow the step, so a small total (a few guests of
+/// a few hundred MiB) is divided as finely as a large one. A fixed 16M step with a 64M minimum
+/// left four guests sharing 320M all at their minimums, and an image cache at 16M could never
+/// give the 32M hysteresis: the broker moved nothing (`docs/benchmarks.md`, density).
+pub fn default_step(total: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let share = (total / 64).clamp(MIB, 16 * MIB);
+    // The largest power of two not above the share.
+    1u64 << (63 - share.leading_zeros())
+}
+
 /// The broker's options from the command line, checked.
 fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration), BrokerError> {
     let refuse = |option: String, reason: &str| BrokerError::Option {
@@ -117,10 +133,13 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
         }
         Err(e) => return Err(refuse(format!("--interval {}", args.interval), e)),
     };
-    let step = size("--step", &args.step)?;
+    let given = |option: &str, text: &Option<String>, default: u64| {
+        text.as_deref().map_or(Ok(default), |t| size(option, t))
+    };
+    let step = given("--step", &args.step, default_step(total))?;
     if step < 4096 {
         return Err(refuse(
-            format!("--step {}", args.step),
+            format!("--step {}", args.step.as_deref().unwrap_or("")),
             "at least one page (4K)",
         ));
     }
@@ -136,22 +155,12 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
             "a factor of 0 or more",
         ));
     }
-    let min = size("--min", &args.min)?;
     let max = args.max.as_deref().map(|m| size("--max", m)).transpose()?;
+    let min = given("--min", &args.min, (4 * step).min(max.unwrap_or(u64::MAX)))?;
     if max.is_some_and(|m| m < min) {
         return Err(refuse(
             format!("--max {}", args.max.as_deref().unwrap_or("")),
             "less than --min",
-        ));
-    }
-    let image_min = size("--image-min", &args.image_min)?;
-    if image_min < MIN_IMAGE_CACHE_BYTES {
-        return Err(refuse(
-            format!("--image-min {}", args.image_min),
-            &format!(
-                "at least {} (the smallest image cache limit)",
-                format_bytes(MIN_IMAGE_CACHE_BYTES)
-            ),
         ));
     }
     let image_max = args
@@ -159,6 +168,21 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
         .as_deref()
         .map(|m| size("--image-max", m))
         .transpose()?;
+    let image_min = given(
+        "--image-min",
+        &args.image_min,
+        step.max(MIN_IMAGE_CACHE_BYTES)
+            .min(image_max.unwrap_or(u64::MAX)),
+    )?;
+    if image_min < MIN_IMAGE_CACHE_BYTES {
+        return Err(refuse(
+            format!("--image-min {}", args.image_min.as_deref().unwrap_or("")),
+            &format!(
+                "at least {} (the smallest image cache limit)",
+                format_bytes(MIN_IMAGE_CACHE_BYTES)
+            ),
+        ));
+    }
     if image_max.is_some_and(|m| m < image_min) {
         return Err(refuse(
             format!("--image-max {}", args.image_max.as_deref().unwrap_or("")),
@@ -176,7 +200,7 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
             total,
             step,
             max_move: size("--max-change", &args.max_change)?,
-            hysteresis: size("--hysteresis", &args.hysteresis)?,
+            hysteresis: given("--hysteresis", &args.hysteresis, 2 * step)?,
             min_gain: args.min_gain,
             margin: args.margin,
         },
@@ -262,6 +286,40 @@ mod tests {
         let (o, _) = parse("--total 2G --mode static --limit vm1=128M:1G --max 1G").unwrap();
         assert_eq!(o.mode, Mode::Static);
         assert_eq!(o.process_limits.len(), 1);
+    }
+
+    #[test]
+    fn defaults_follow_the_total_and_the_step() {
+        let m = 1u64 << 20;
+        for (total, step) in [
+            (8u64 << 30, 16 * m),
+            (1 << 30, 16 * m),
+            (640 * m, 8 * m),
+            (320 * m, 4 * m),
+            (100 * m, m),
+            (16 * m, m),
+        ] {
+            assert_eq!(default_step(total), step, "total {total}");
+        }
+        let (o, _) = parse("--total 320M").unwrap();
+        let l = o.limits;
+        assert_eq!(
+            (l.step, l.hysteresis, o.min, o.image_min),
+            (4 * m, 8 * m, 16 * m, 4 * m)
+        );
+        // A given step moves the others; a given minimum or hysteresis stays.
+        let (o, _) = parse("--total 320M --step 2M --min 48M").unwrap();
+        let l = o.limits;
+        assert_eq!(
+            (l.step, l.hysteresis, o.min, o.image_min),
+            (2 * m, 4 * m, 48 * m, 2 * m)
+        );
+        // Default minimums never pass a given maximum.
+        let (o, _) = parse("--total 4G --max 32M --image-max 8M").unwrap();
+        assert_eq!((o.min, o.image_min), (32 * m, 8 * m));
+        // The smallest image cache limit is 1M whatever the step.
+        let (o, _) = parse("--total 4G --step 64K").unwrap();
+        assert_eq!(o.image_min, m);
     }
 
     #[test]
