@@ -484,8 +484,12 @@ impl FaultHandler {
                 // ms each for scattered pages on ext4, Run H).
                 let pg = self.memory.page;
                 let start = self.chunk_range(c).0 + first * pg;
-                if let Err(e) = self.fill(start, n * pg, Fill::Continue) {
-                    self.memory_error("UFFDIO_CONTINUE", start, n * pg, e);
+                match self.fill(start, n * pg, Fill::Continue) {
+                    // The run holds the faulting page and `fill` woke every page of it
+                    // (mapped by it or found mapped): no second wake (a system call per
+                    // sampled page's first touch).
+                    Ok(()) => return,
+                    Err(e) => self.memory_error("UFFDIO_CONTINUE", start, n * pg, e),
                 }
             }
         }
