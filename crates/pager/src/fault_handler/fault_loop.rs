@@ -3,6 +3,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use super::image_blocks::ImageBlocks;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
+use super::sample_pacer::SamplePacer;
 use crate::page_reads::PageReadDone;
 
 /// Most bytes of the region whose page-table entries a sample drops before it serves the
@@ -100,6 +102,7 @@ impl FaultHandler {
     fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
         let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
+        let mut pacer = self.timing.sample_interval.map(SamplePacer::new);
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
         // Posted commands (associations) waiting since this handler was woken for them alone:
         // taken at this time, or earlier with a fault or a submitted command.
@@ -111,10 +114,10 @@ impl FaultHandler {
                     let now = Instant::now();
                     if now >= at {
                         self.sample();
-                        let i = self
-                            .timing
-                            .sample_interval
-                            .unwrap_or(Duration::from_secs(1));
+                        let minor = self.stats().resident_faults.load(Ordering::Relaxed);
+                        let i = pacer
+                            .as_mut()
+                            .map_or(Duration::from_secs(1), |p| p.after_sample(minor, now));
                         next_sample = Some(now + i);
                         i.as_millis().min(i32::MAX as u128) as i32
                     } else {

@@ -47,6 +47,7 @@ mod page_out;
 mod refaults;
 mod region_memory;
 mod remote_pages;
+mod sample_pacer;
 mod swap_mapper;
 
 use chunk_table::ChunkState;

@@ -1,0 +1,120 @@
+//! [`SamplePacer`]: how long the fault loop waits between access samples, so that sampling
+//! never costs the program more than a bounded rate of minor faults.
+//!
+//! A sample drops the page-table entries of every resident chunk; the first touch of each run
+//! of resident pages afterwards is a userfaultfd minor fault, a round trip through the
+//! handler of 25 to 35 µs of the program's time here (`docs/benchmarks.md`, Run J). A stream
+//! touches a few hundred chunks a second, one run each: sampling every second costs it
+//! nothing measurable. A program reading scattered pages touches thousands of one-page runs:
+//! a Zipf reader under a 256 MiB budget took 14,500 minor faults a second with a sample a
+//! second, 15% of its speed, and the reference bits they set saved no page-in (Zipf over
+//! 384 MiB: 244k to 268k page-ins in 9.5 s with them, 261k without).
+//!
+//! So the interval adapts, like TCP's retransmission timer backs off: after each sample the
+//! minor faults taken since the last one are a rate; above [`MAX_MINOR_FAULT_RATE`] the
+//! interval doubles (up to [`MAX_STRETCH`] times the configured one), below a quarter of it
+//! it halves (down to the configured one). The policy still gets reference bits from every
+//! chunk touched since the last sample, only less often when they are expensive.
+
+use std::time::{Duration, Instant};
+
+/// Minor faults a second sampling may cost a region before its samples are spaced out: about
+/// 3% of one thread's time at 30 µs each.
+pub(crate) const MAX_MINOR_FAULT_RATE: f64 = 1_000.0;
+
+/// The longest interval, as a multiple of the configured one.
+pub(crate) const MAX_STRETCH: u32 = 16;
+
+/// The sampling schedule of one fault loop.
+#[derive(Debug, Clone)]
+pub(crate) struct SamplePacer {
+    /// The configured interval: the shortest.
+    base: Duration,
+    /// The interval now.
+    interval: Duration,
+    /// The region's resident-fault count at the last sample, and when it was taken.
+    last: Option<(u64, Instant)>,
+}
+
+impl SamplePacer {
+    /// Samples every `base` while minor faults stay cheap.
+    pub fn new(base: Duration) -> Self {
+        Self {
+            base,
+            interval: base,
+            last: None,
+        }
+    }
+
+    /// A sample was just taken at `now`, when the region had taken `resident_faults` faults on
+    /// resident pages in all: the interval until the next one.
+    pub fn after_sample(&mut self, resident_faults: u64, now: Instant) -> Duration {
+        if let Some((faults, at)) = self.last {
+            let seconds = now.saturating_duration_since(at).as_secs_f64();
+            if seconds > 0.0 {
+                let rate = resident_faults.saturating_sub(faults) as f64 / seconds;
+                if rate > MAX_MINOR_FAULT_RATE {
+                    self.interval = (self.interval * 2).min(self.base * MAX_STRETCH);
+                } else if rate < MAX_MINOR_FAULT_RATE / 4.0 {
+                    self.interval = (self.interval / 2).max(self.base);
+                }
+            }
+        }
+        self.last = Some((resident_faults, now));
+        self.interval
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expensive_samples_are_spaced_out_and_cheap_ones_come_back() {
+        let s = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut p = SamplePacer::new(s);
+        // The first sample has nothing to compare with.
+        assert_eq!(p.after_sample(0, t0), s);
+        // 14,500 minor faults in a second: double, each time, up to 16 s.
+        let mut faults = 0;
+        let mut t = t0;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            let i = p.interval;
+            faults += 14_500 * i.as_secs();
+            t += i;
+            seen.push(p.after_sample(faults, t).as_secs());
+        }
+        assert_eq!(seen, vec![2, 4, 8, 16, 16, 16]);
+        // Between a quarter and all of the budget: kept.
+        faults += 500 * 16;
+        t += Duration::from_secs(16);
+        assert_eq!(p.after_sample(faults, t).as_secs(), 16);
+        // A stream's few hundred a second: back down, halving, to the configured interval.
+        let mut seen = vec![];
+        for _ in 0..6 {
+            let i = p.interval;
+            faults += 200 * i.as_secs();
+            t += i;
+            seen.push(p.after_sample(faults, t).as_secs());
+        }
+        assert_eq!(seen, vec![8, 4, 2, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_short_configured_interval_stretches_to_sixteen_times_it() {
+        let base = Duration::from_millis(100);
+        let t0 = Instant::now();
+        let mut p = SamplePacer::new(base);
+        p.after_sample(0, t0);
+        let mut t = t0;
+        let mut faults = 0;
+        for _ in 0..10 {
+            t += p.interval;
+            faults += 1_000_000;
+            p.after_sample(faults, t);
+        }
+        assert_eq!(p.interval, base * MAX_STRETCH);
+    }
+}
