@@ -101,27 +101,26 @@ impl FaultHandler {
 
     fn serve(&mut self) {
         let mut msgs = [UffdMsg::default(); 64];
-        let mut next_sample = self.timing.sample_interval.map(|i| Instant::now() + i);
-        let mut pacer = self.timing.sample_interval.map(SamplePacer::new);
+        let mut pacer = self
+            .timing
+            .sample_interval
+            .map(|i| SamplePacer::new(i, Instant::now()));
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
         // Posted commands (associations) waiting since this handler was woken for them alone:
         // taken at this time, or earlier with a fault or a submitted command.
         let mut posted_due: Option<Instant> = None;
         loop {
-            let mut timeout = match next_sample {
+            let mut timeout = match pacer.as_mut() {
                 None => -1,
-                Some(at) => {
+                Some(pacer) => {
                     let now = Instant::now();
-                    if now >= at {
+                    if now >= pacer.due() {
                         self.sample();
                         let minor = self.stats().resident_faults.load(Ordering::Relaxed);
-                        let i = pacer
-                            .as_mut()
-                            .map_or(Duration::from_secs(1), |p| p.after_sample(minor, now));
-                        next_sample = Some(now + i);
+                        let i = pacer.after_sample(minor, now);
                         i.as_millis().min(i32::MAX as u128) as i32
                     } else {
-                        ((at - now).as_millis() as i32).max(1)
+                        ((pacer.due() - now).as_millis() as i32).max(1)
                     }
                 }
             };

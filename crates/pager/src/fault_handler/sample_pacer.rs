@@ -39,20 +39,28 @@ pub(crate) struct SamplePacer {
     interval: Duration,
     /// The region's resident-fault count at the last sample, and when it was taken.
     last: Option<(u64, Instant)>,
+    /// When the next sample is due.
+    due: Instant,
 }
 
 impl SamplePacer {
-    /// Samples every `base` while minor faults stay cheap.
-    pub fn new(base: Duration) -> Self {
+    /// Samples every `base` while minor faults stay cheap, the first `base` after `now`.
+    pub fn new(base: Duration, now: Instant) -> Self {
         Self {
             base,
             interval: base,
             last: None,
+            due: now + base,
         }
     }
 
+    /// When the next sample is due.
+    pub fn due(&self) -> Instant {
+        self.due
+    }
+
     /// A sample was just taken at `now`, when the region had taken `resident_faults` faults on
-    /// resident pages in all: the interval until the next one.
+    /// resident pages in all: the interval until the next one (due then).
     pub fn after_sample(&mut self, resident_faults: u64, now: Instant) -> Duration {
         if let Some((faults, at)) = self.last {
             let seconds = now.saturating_duration_since(at).as_secs_f64();
@@ -66,6 +74,7 @@ impl SamplePacer {
             }
         }
         self.last = Some((resident_faults, now));
+        self.due = now + self.interval;
         self.interval
     }
 }
@@ -74,51 +83,51 @@ impl SamplePacer {
 mod tests {
     use super::*;
 
+    /// `rounds` samples, each after one interval with `rate` minor faults a second; the
+    /// intervals after each, in seconds.
+    fn rounds(p: &mut SamplePacer, rate: u64, rounds: usize, faults: &mut u64) -> Vec<u64> {
+        (0..rounds)
+            .map(|_| {
+                let i = p.interval;
+                *faults += rate * i.as_secs();
+                let now = p.due();
+                p.after_sample(*faults, now).as_secs()
+            })
+            .collect()
+    }
+
     #[test]
     fn expensive_samples_are_spaced_out_and_cheap_ones_come_back() {
         let s = Duration::from_secs(1);
         let t0 = Instant::now();
-        let mut p = SamplePacer::new(s);
+        let mut p = SamplePacer::new(s, t0);
+        assert_eq!(p.due(), t0 + s);
         // The first sample has nothing to compare with.
-        assert_eq!(p.after_sample(0, t0), s);
+        assert_eq!(p.after_sample(0, t0 + s), s);
+        assert_eq!(p.due(), t0 + 2 * s);
         // 14,500 minor faults in a second: double, each time, up to 16 s.
         let mut faults = 0;
-        let mut t = t0;
-        let mut seen = vec![];
-        for _ in 0..6 {
-            let i = p.interval;
-            faults += 14_500 * i.as_secs();
-            t += i;
-            seen.push(p.after_sample(faults, t).as_secs());
-        }
-        assert_eq!(seen, vec![2, 4, 8, 16, 16, 16]);
+        assert_eq!(
+            rounds(&mut p, 14_500, 6, &mut faults),
+            vec![2, 4, 8, 16, 16, 16]
+        );
         // Between a quarter and all of the budget: kept.
-        faults += 500 * 16;
-        t += Duration::from_secs(16);
-        assert_eq!(p.after_sample(faults, t).as_secs(), 16);
+        assert_eq!(rounds(&mut p, 500, 1, &mut faults), vec![16]);
         // A stream's few hundred a second: back down, halving, to the configured interval.
-        let mut seen = vec![];
-        for _ in 0..6 {
-            let i = p.interval;
-            faults += 200 * i.as_secs();
-            t += i;
-            seen.push(p.after_sample(faults, t).as_secs());
-        }
-        assert_eq!(seen, vec![8, 4, 2, 1, 1, 1]);
+        assert_eq!(rounds(&mut p, 200, 6, &mut faults), vec![8, 4, 2, 1, 1, 1]);
     }
 
     #[test]
     fn a_short_configured_interval_stretches_to_sixteen_times_it() {
         let base = Duration::from_millis(100);
         let t0 = Instant::now();
-        let mut p = SamplePacer::new(base);
+        let mut p = SamplePacer::new(base, t0);
         p.after_sample(0, t0);
-        let mut t = t0;
         let mut faults = 0;
         for _ in 0..10 {
-            t += p.interval;
             faults += 1_000_000;
-            p.after_sample(faults, t);
+            let now = p.due();
+            p.after_sample(faults, now);
         }
         assert_eq!(p.interval, base * MAX_STRETCH);
     }
