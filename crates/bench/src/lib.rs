@@ -59,6 +59,7 @@ pub use memvisor_control::interrupt;
 pub mod kernel_swap;
 pub mod latency_plot;
 pub mod live_guest;
+pub mod managed_cache;
 pub mod managed_process;
 pub mod memory_cgroup;
 pub mod migration_end;

@@ -69,12 +69,12 @@ pub fn scrub_eval(config: &ScrubEvalConfig) -> Result<ScrubEvalResult, BenchErro
     let mut seq = 0;
     let outcome = (|| -> Result<(), BenchError> {
         for &pattern in &config.patterns {
-            let exclusive = config.exclusive.then_some(RunPolicy::Exclusive);
+            let managed = config.managed.iter().map(|&m| RunPolicy::Managed(m));
             for policy in config
                 .policies
                 .iter()
                 .map(|&p| RunPolicy::Host(p))
-                .chain(exclusive)
+                .chain(managed)
             {
                 seq += 1;
                 eprintln!("scrub-eval: {policy} / {pattern} ...");

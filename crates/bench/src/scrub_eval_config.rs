@@ -8,6 +8,7 @@ use memvisor_scrub::ScrubControlConfig;
 use memvisor_testvm::DiskPattern;
 
 use crate::host_policy::HostPolicy;
+use crate::managed_cache::ManagedCache;
 
 /// Everything one evaluation needs.
 #[derive(Debug, Clone)]
@@ -28,11 +29,11 @@ pub struct ScrubEvalConfig {
     pub patterns: Vec<DiskPattern>,
     /// Host policies.
     pub policies: Vec<HostPolicy>,
-    /// Also run each pattern as policy `exclusive`: QEMU under `memvisor run --host-cache
-    /// exclusive` (the exact exclusive host cache: blocks leave the host cache right after
-    /// each read into guest RAM), with a budget above the guest's RAM (no paging).
-    pub exclusive: bool,
-    /// The `memvisor` binary for the `exclusive` runs.
+    /// Also run each pattern under `memvisor run` with each of these host-cache settings
+    /// (e.g. `exclusive`: blocks leave the host cache right after each read into guest RAM),
+    /// with a budget above the guest's RAM (no paging).
+    pub managed: Vec<ManagedCache>,
+    /// The `memvisor` binary for the managed runs.
     pub memvisor: PathBuf,
     /// Period of the drop-all policy.
     pub drop_period: Duration,
@@ -59,7 +60,7 @@ impl ScrubEvalConfig {
             block: 4096,
             patterns: vec![DiskPattern::Seq, DiskPattern::Random, DiskPattern::Zipf],
             policies: HostPolicy::ALL.to_vec(),
-            exclusive: true,
+            managed: vec![ManagedCache::EXCLUSIVE],
             memvisor: std::env::current_exe()
                 .map(|e| crate::managed_process::memvisor_next_to(&e))
                 .unwrap_or_else(|_| PathBuf::from("memvisor")),

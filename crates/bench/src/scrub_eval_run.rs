@@ -21,6 +21,7 @@ use crate::dirty_probe::DirtyProbe;
 use crate::host_policy::HostPolicy;
 use crate::host_sample::{HostSample, HostSampler};
 use crate::interrupt;
+use crate::managed_cache::ManagedCache;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
 use crate::policy_driver::{PolicyCounters, PolicyDriver};
 use crate::scrub_eval_config::ScrubEvalConfig;
@@ -28,21 +29,21 @@ use crate::scrub_eval_config::ScrubEvalConfig;
 const PAGE: u64 = 4096;
 
 /// What a run does about the image's host cache: a host policy beside QEMU, or memvisor's
-/// exact exclusive host cache inside it (`memvisor run --host-cache exclusive`).
+/// host-cache management inside it (`memvisor run --host-cache ... --image-cache ...`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunPolicy {
     /// A host-side policy; QEMU runs on its own.
     Host(HostPolicy),
-    /// QEMU under `memvisor run --host-cache exclusive`, its budget above the guest's RAM
-    /// (nothing is paged): each read into guest RAM drops its blocks from the host cache.
-    Exclusive,
+    /// QEMU under `memvisor run` with this host-cache setting, its budget above the guest's
+    /// RAM (nothing is paged).
+    Managed(ManagedCache),
 }
 
 impl std::fmt::Display for RunPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunPolicy::Host(p) => p.fmt(f),
-            RunPolicy::Exclusive => f.write_str("exclusive"),
+            RunPolicy::Managed(m) => m.fmt(f),
         }
     }
 }
@@ -131,9 +132,9 @@ pub fn run_one(
     seq: u64,
 ) -> Result<EvalRun, BenchError> {
     let label = format!("{run_policy} / {pattern}");
-    let (policy, exclusive) = match run_policy {
-        RunPolicy::Host(p) => (p, false),
-        RunPolicy::Exclusive => (HostPolicy::Default, true),
+    let (policy, managed) = match run_policy {
+        RunPolicy::Host(p) => (p, None),
+        RunPolicy::Managed(m) => (HostPolicy::Default, Some(m)),
     };
     // Start from an empty host cache, so that what the guest pulls in is charged to its group.
     let file = File::open(disk).map_err(|e| BenchError::io("open image", disk, e))?;
@@ -169,13 +170,14 @@ pub fn run_one(
     let control_dir = config
         .work_dir
         .join(format!("ctl-{}-{seq}", std::process::id()));
-    if exclusive {
+    if let Some(m) = managed {
         command
             .env("MEMVISOR_CONTROL_DIR", &control_dir)
             .arg(&config.memvisor)
             .arg("run")
             .args(["--budget", &format!("{}M", config.guest_mib + 32)])
-            .args(["--host-cache", "exclusive", "--swap-dir"])
+            .args(m.run_args())
+            .arg("--swap-dir")
             .arg(&config.work_dir)
             .arg("--");
     }
@@ -193,8 +195,8 @@ pub fn run_one(
         result
     });
 
-    // The process that reads the image: QEMU, a child of `memvisor run` in `exclusive` runs.
-    let qemu_pid = if exclusive {
+    // The process that reads the image: QEMU, a child of `memvisor run` in managed runs.
+    let qemu_pid = if managed.is_some() {
         match first_child(pid) {
             Ok(q) => q,
             Err(e) => {
@@ -209,7 +211,7 @@ pub fn run_one(
     let sampler = HostSampler::new(disk, qemu_pid, cgroup.dir(), limit)?;
     let mut driver = PolicyDriver::new(policy, disk, config.drop_period, config.control, probe)?;
     let mut samples = Vec::new();
-    let mut exclusive_dropped_pages = 0;
+    let mut managed_dropped_pages = 0;
     let mut next = started;
     let end_s = loop {
         next += Duration::from_secs(1);
@@ -230,16 +232,22 @@ pub fn run_one(
         }
         sample.policy_cpu_s = driver.counters().cpu_s;
         sample.policy_dropped_pages = driver.counters().dropped_pages;
-        if exclusive {
-            // What the library dropped so far (`memvisor stat`); a missed answer keeps the last.
+        if managed.is_some() {
+            // What the library dropped so far (`memvisor stat`): blocks the guest held, the
+            // model's victims and reconciliation; a missed answer keeps the last.
             if let Ok(st) = crate::managed_process::status_of(&control_dir, qemu_pid) {
-                exclusive_dropped_pages = st
+                managed_dropped_pages = st
                     .images
                     .iter()
-                    .map(|i| i.host_cache_dropped_bytes / PAGE)
+                    .map(|i| {
+                        (i.host_cache_dropped_bytes
+                            + i.cache_evicted_dropped_bytes
+                            + i.cache_reconciled_bytes)
+                            / PAGE
+                    })
                     .sum();
             }
-            sample.policy_dropped_pages = exclusive_dropped_pages;
+            sample.policy_dropped_pages = managed_dropped_pages;
         }
         samples.push(sample);
     };
@@ -317,8 +325,8 @@ pub fn run_one(
         cgroup_peak_mib: usage.peak_bytes as f64 / (1u64 << 20) as f64,
         cgroup_failcnt: usage.failcnt,
         counters: PolicyCounters {
-            dropped_pages: if exclusive {
-                exclusive_dropped_pages
+            dropped_pages: if managed.is_some() {
+                managed_dropped_pages
             } else {
                 driver.counters().dropped_pages
             },

@@ -10,14 +10,19 @@
 //! does not interpose. So every [`RECONCILE_EVERY`] and every [`reconcile_slack`] of accesses,
 //! when `cachestat(2)` shows the image holding more than the limit plus the slack, every clean
 //! page outside the model's blocks is dropped: the host cache then holds what the model holds,
-//! and what the kernel read ahead of recent sequential streams (up to [`STREAM_GUARD`] after
-//! each, the slack in all), which they read next (dropping it made a scan read its blocks
-//! twice). Between two comparisons the cache may grow by up to another slack of accesses.
+//! and what the kernel read ahead of recent sequential streams, which they read next (dropping
+//! it made a scan read its blocks twice). That readahead reaches up to twice the device's
+//! window past a stream ([`stream_guard`]: the window being read and the next, started when the
+//! reader enters it); all streams together keep at most the slack or half the limit, whichever
+//! is larger ([`guard_total`]), so a cache limit of 80M on a disk that reads 8 MiB ahead holds up
+//! to 96M while a stream runs. Between two comparisons the cache may grow by up to another slack
+//! of accesses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::device_readahead::device_readahead;
 use crate::image_cache_model::{ImageCacheFigures, ImageCacheModel, Victims};
 use crate::page_cache_calls::{
     cachestat, drop_clean, page, start_writeback, CallError, DropOutcome,
@@ -32,17 +37,45 @@ const MAX_UNCLEAN: usize = 256;
 /// Sequential streams followed, so that reconciliation spares what the kernel read ahead of
 /// them.
 const MAX_STREAMS: usize = 8;
-/// Most bytes after a stream's last access that reconciliation leaves alone (the kernel's
-/// readahead for it, which the stream reads next); all streams together get at most the
-/// slack, so that a reconciliation still brings the cache within the limit plus the slack.
+/// Bytes after a stream's last access that reconciliation leaves alone when the device's
+/// readahead window is unknown (the file is not on a block device).
 pub const STREAM_GUARD: u64 = 4 << 20;
+/// Most bytes after one stream's last access that reconciliation leaves alone, whatever the
+/// device reads ahead.
+const MAX_STREAM_GUARD: u64 = 64 << 20;
 /// An access at least this long starts a stream (a smaller one only continues one).
 const STREAM_START: u64 = 64 << 10;
+/// A stream not continued for this long has stopped: its readahead is no longer guarded.
+const STREAM_IDLE: Duration = Duration::from_secs(1);
+
+/// A sequential stream being followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stream {
+    /// Where its last access ended.
+    end: u64,
+    /// When it was last continued.
+    last: Instant,
+}
 
 /// How far above the limit the host cache may be before a reconciliation: an eighth of the
 /// limit, at least 1 MiB (kernel readahead around the model's blocks).
 pub fn reconcile_slack(limit: u64) -> u64 {
     (limit / 8).max(1 << 20)
+}
+
+/// Bytes after a stream's last access that reconciliation leaves alone: the kernel's readahead
+/// for it, which it reads next — up to two of the device's windows (`readahead`: the one being
+/// read and the next, submitted when the reader enters the first), [`STREAM_GUARD`] if unknown.
+pub fn stream_guard(readahead: Option<u64>) -> u64 {
+    readahead
+        .map_or(STREAM_GUARD, |r| r.saturating_mul(2))
+        .min(MAX_STREAM_GUARD)
+}
+
+/// The most all streams' guards keep in all beyond the limit: the slack, or half the limit if
+/// that is larger.
+pub fn guard_total(limit: u64) -> u64 {
+    reconcile_slack(limit).max(limit / 2)
 }
 
 /// Counters of a [`CacheLimit`] (cumulative bytes) and its model.
@@ -77,8 +110,12 @@ struct Limited {
     last_check: Option<Instant>,
     /// Bytes accessed since the last comparison.
     since_check: u64,
-    /// Where recent sequential streams end, most recent last.
-    streams: Vec<u64>,
+    /// Recent sequential streams, most recent last.
+    streams: Vec<Stream>,
+    /// The image's length when the limit was set: a stream that reaches it is over.
+    file_len: u64,
+    /// [`stream_guard`] of the image's device.
+    stream_guard: u64,
 }
 
 /// One image's cache limit: no limit until [`CacheLimit::set`].
@@ -111,18 +148,32 @@ struct Work {
 
 impl Limited {
     /// An access of `[off, off + len)`: continues the stream that ended at `off`, or starts
-    /// one if it is long.
-    fn follow_stream(&mut self, off: u64, len: u64) {
-        let end = off.saturating_add(len);
-        if let Some(i) = self.streams.iter().position(|&e| e == off) {
-            self.streams.remove(i);
+    /// one if it is long. A long access within a guard of a stream's end, before or after it,
+    /// continues that stream too (its end the furthest of the two): a VMM's I/O threads read
+    /// the parts of one stream side by side, and their reads finish out of order.
+    fn follow_stream(&mut self, off: u64, len: u64, now: Instant) {
+        let mut end = off.saturating_add(len);
+        let near = |e: u64| {
+            if len < STREAM_START {
+                e == off
+            } else {
+                off <= e.saturating_add(self.stream_guard)
+                    && end.saturating_add(self.stream_guard) >= e
+            }
+        };
+        if let Some(i) = self.streams.iter().position(|s| near(s.end)) {
+            end = end.max(self.streams.remove(i).end);
         } else if len < STREAM_START {
+            return;
+        }
+        if end >= self.file_len {
+            // At the end of the image: nothing is read ahead.
             return;
         }
         if self.streams.len() >= MAX_STREAMS {
             self.streams.remove(0);
         }
-        self.streams.push(end);
+        self.streams.push(Stream { end, last: now });
     }
 
     /// Merges each victim range with the straddling ranges it overlaps or touches
@@ -185,6 +236,7 @@ impl CacheLimit {
             match (limit, state.as_mut()) {
                 (None, _) => *state = None,
                 (Some(bytes), Some(l)) => {
+                    l.file_len = file_len;
                     l.model.set_limit(bytes, &mut work.victims);
                     l.merge_straddling(&mut work.victims);
                 }
@@ -196,6 +248,8 @@ impl CacheLimit {
                         last_check: None,
                         since_check: 0,
                         streams: Vec::new(),
+                        file_len,
+                        stream_guard: stream_guard(device_readahead(fd)),
                     });
                     work.check = true;
                 }
@@ -215,8 +269,9 @@ impl CacheLimit {
             };
             let mut work = Work::default();
             let misses = l.model.figures_misses();
+            let now = Instant::now();
             l.model.access(off, len, &mut work.victims);
-            l.follow_stream(off, len);
+            l.follow_stream(off, len, now);
             let missed = l.model.figures_misses() - misses;
             if missed > 0 && read_nanos > 0 {
                 self.miss_read_nanos
@@ -227,7 +282,6 @@ impl CacheLimit {
             if !l.unclean.is_empty() {
                 work.retry = std::mem::take(&mut l.unclean);
             }
-            let now = Instant::now();
             l.since_check = l.since_check.saturating_add(len);
             if l.since_check >= reconcile_slack(l.model.limit())
                 || l.last_check
@@ -308,8 +362,15 @@ impl CacheLimit {
                 .into_iter()
                 .map(|b| (b, b + block))
                 .collect();
-            let guard = (reconcile_slack(limit) / l.streams.len().max(1) as u64).min(STREAM_GUARD);
-            kept.extend(l.streams.iter().map(|&e| (e, e.saturating_add(guard))));
+            let now = Instant::now();
+            let active: Vec<u64> = l
+                .streams
+                .iter()
+                .filter(|s| now.duration_since(s.last) <= STREAM_IDLE)
+                .map(|s| s.end)
+                .collect();
+            let guard = (guard_total(limit) / active.len().max(1) as u64).min(l.stream_guard);
+            kept.extend(active.iter().map(|&e| (e, e.saturating_add(guard))));
             kept.sort_unstable();
             kept
         };
@@ -383,6 +444,22 @@ mod tests {
             f.read_exact_at(&mut b, p * PG).unwrap();
             assert_eq!(b[1], ((p * PG + 1) * 13 + p) as u8);
             lim.accessed(f.as_raw_fd(), p * PG, PG, 0).unwrap();
+        }
+    }
+
+    /// A 64 KiB read at pages 0..16 starts a stream; then the kernel "reads ahead": `pages`
+    /// are cached without the model seeing them.
+    fn stream_then_readahead(
+        f: &std::fs::File,
+        lim: &CacheLimit,
+        pages: impl Iterator<Item = u64>,
+    ) {
+        let mut b = vec![0u8; (16 * PG) as usize];
+        f.read_exact_at(&mut b, 0).unwrap();
+        lim.accessed(f.as_raw_fd(), 0, 16 * PG, 0).unwrap();
+        let mut p = [0u8; PG as usize];
+        for q in pages {
+            f.read_exact_at(&mut p, q * PG).unwrap();
         }
     }
 
@@ -506,29 +583,112 @@ mod tests {
     }
 
     #[test]
-    fn reconciliation_spares_the_readahead_of_a_stream() {
-        // 8 MiB image, 1 MiB limit (slack 1 MiB): one stream gets a 1 MiB guard.
+    fn guards_follow_the_device_and_share_the_total() {
+        assert_eq!(stream_guard(Some(8 << 20)), 16 << 20);
+        assert_eq!(stream_guard(Some(128 << 10)), 256 << 10);
+        assert_eq!(stream_guard(Some(0)), 0);
+        assert_eq!(stream_guard(None), STREAM_GUARD);
+        assert_eq!(stream_guard(Some(1 << 40)), MAX_STREAM_GUARD);
+        assert_eq!(guard_total(80 << 20), 40 << 20);
+        assert_eq!(guard_total(1 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn the_readahead_of_a_stream_stays_beyond_the_slack() {
+        // 24 MiB image, 8 MiB limit (slack 1 MiB, guards 4 MiB in all).
+        let f = uncached_file(6144);
+        let fd = f.as_raw_fd();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(2048 * PG), 6144 * PG).unwrap();
+        let guard = stream_guard(device_readahead(fd)).min(4 << 20);
+        // The kernel "reads ahead" over 4 MiB after it, and 8 MiB elsewhere is cached that the
+        // model never saw: 12 MiB, over the limit and its slack.
+        stream_then_readahead(&f, &lim, (16..1100).chain(4096..6144));
+        std::thread::sleep(RECONCILE_EVERY);
+        read_pages(&f, &lim, 16..17);
+        assert_eq!(lim.stats().reconciliations, 1);
+        // The model's 17 pages and the guard after the stream's end stay; the rest went.
+        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
+        assert_eq!(cachestat(fd, 17 * PG, guard).unwrap().nr_cache, guard / PG);
+        let after = 17 * PG + guard;
+        assert_eq!(cachestat(fd, after, 1100 * PG - after).unwrap().nr_cache, 0);
+        assert_eq!(cachestat(fd, 4096 * PG, 2048 * PG).unwrap().nr_cache, 0);
+    }
+
+    #[test]
+    fn reads_of_one_stream_finishing_out_of_order_are_one_stream() {
+        let f = uncached_file(8192);
+        let lim = CacheLimit::default();
+        lim.set(f.as_raw_fd(), Some(32 * PG), 8192 * PG).unwrap();
+        let k = 64 << 10;
+        let ends = |lim: &CacheLimit| -> Vec<u64> {
+            let state = lim.state();
+            state
+                .as_ref()
+                .unwrap()
+                .streams
+                .iter()
+                .map(|s| s.end)
+                .collect()
+        };
+        let guard = lim.state().as_ref().unwrap().stream_guard;
+        // Two I/O threads read 0..64K and 64K..128K; the second finishes first.
+        lim.accessed(f.as_raw_fd(), k, k, 0).unwrap();
+        lim.accessed(f.as_raw_fd(), 0, k, 0).unwrap();
+        assert_eq!(ends(&lim), [2 * k]);
+        // The stream goes on; a small read at its end continues it, one elsewhere does not.
+        lim.accessed(f.as_raw_fd(), 2 * k, k, 0).unwrap();
+        lim.accessed(f.as_raw_fd(), 3 * k, PG, 0).unwrap();
+        lim.accessed(f.as_raw_fd(), 10 * k, PG, 0).unwrap();
+        assert_eq!(ends(&lim), [3 * k + PG]);
+        // A long read far from it starts another.
+        let far = (3 * k + PG + guard + 2 * k).min(8192 * PG - 4 * k);
+        lim.accessed(f.as_raw_fd(), far, k, 0).unwrap();
+        assert_eq!(ends(&lim), [3 * k + PG, far + k]);
+        // A stream that reaches the end of the image is over.
+        lim.accessed(f.as_raw_fd(), 8192 * PG - k, k, 0).unwrap();
+        assert_eq!(ends(&lim), [3 * k + PG]);
+    }
+
+    #[test]
+    fn an_idle_stream_keeps_no_readahead() {
+        // 8 MiB image, 1 MiB limit; a stream at the start, then none for over a second.
         let f = uncached_file(2048);
         let fd = f.as_raw_fd();
         let lim = CacheLimit::default();
         lim.set(fd, Some(256 * PG), 2048 * PG).unwrap();
-        // A 64 KiB read starts a stream at page 0..16.
-        let mut b = vec![0u8; (16 * PG) as usize];
-        f.read_exact_at(&mut b, 0).unwrap();
-        lim.accessed(fd, 0, 16 * PG, 0).unwrap();
+        stream_then_readahead(&f, &lim, 16..600);
+        std::thread::sleep(STREAM_IDLE + RECONCILE_EVERY);
+        // A read elsewhere: the comparison finds the cache over, and no stream to spare.
+        read_pages(&f, &lim, 1500..1501);
+        assert_eq!(lim.stats().reconciliations, 1);
+        assert_eq!(cachestat(fd, 0, 16 * PG).unwrap().nr_cache, 16);
+        assert_eq!(cachestat(fd, 16 * PG, 584 * PG).unwrap().nr_cache, 0);
+    }
+
+    #[test]
+    fn reconciliation_spares_the_readahead_of_a_stream() {
+        // 8 MiB image, 1 MiB limit (slack 1 MiB): one stream gets a guard of at most 1 MiB.
+        let f = uncached_file(2048);
+        let fd = f.as_raw_fd();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(256 * PG), 2048 * PG).unwrap();
         // The kernel "reads ahead" 512 pages the model never sees.
-        let mut p = [0u8; PG as usize];
-        for q in 17..529 {
-            f.read_exact_at(&mut p, q * PG).unwrap();
-        }
+        stream_then_readahead(&f, &lim, 17..529);
         // The stream goes on (page 16): the next comparison finds 2 MiB + over 1 + 1 MiB.
         std::thread::sleep(RECONCILE_EVERY);
         read_pages(&f, &lim, 16..17);
         let s = lim.stats();
         assert_eq!(s.reconciliations, 1, "{s:?}");
-        // The model's 17 pages and the 1 MiB after the stream's end stay; the rest went.
+        // The model's 17 pages and the guard after the stream's end stay; the rest went.
+        let guard = stream_guard(device_readahead(fd)).min(1 << 20) / PG;
         assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
-        assert_eq!(cachestat(fd, 17 * PG, 256 * PG).unwrap().nr_cache, 256);
-        assert_eq!(cachestat(fd, 273 * PG, 256 * PG).unwrap().nr_cache, 0);
+        assert_eq!(cachestat(fd, 17 * PG, guard * PG).unwrap().nr_cache, guard);
+        assert_eq!(
+            cachestat(fd, (17 + guard) * PG, (512 - guard) * PG)
+                .unwrap()
+                .nr_cache,
+            0
+        );
     }
 }

@@ -41,6 +41,7 @@ mod cachestat;
 mod chunk_prefetcher;
 pub mod crc32c;
 mod demand_reader;
+mod device_readahead;
 mod error_log;
 mod event_fd;
 mod fault_handler;

@@ -16,6 +16,10 @@
 //! ([`crate::image_cache_limit`], which cuts a merged range around the blocks its model holds
 //! again before dropping it).
 
+/// The largest folio the page cache makes with 4 KiB pages (PMD order): how far a folio
+/// straddling an end of a dropped range can reach into it.
+pub(crate) const MAX_FOLIO: u64 = 2 << 20;
+
 /// Ranges `[start, end)` whose drop left clean pages cached (a large folio straddling an end),
 /// oldest first.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -53,9 +57,18 @@ impl StraddledDrops {
     }
 
     /// Keeps `[start, end)`, whose drop left clean pages cached, as the newest range; when
-    /// [`StraddledDrops::MAX`] or more are kept, the oldest is forgotten first.
+    /// [`StraddledDrops::MAX`] or more are kept, the oldest is forgotten first. Of a range
+    /// longer than two [`MAX_FOLIO`]s only its ends are kept, as two ranges: only a folio
+    /// straddling an end leaves pages behind, and a kept range must not grow with every merge
+    /// (a merged range hundreds of MiB long, dropped again, took the readahead of a stream
+    /// that had come back to it since).
     pub fn keep(&mut self, start: u64, end: u64) {
-        self.ranges.push((start, end));
+        if end.saturating_sub(start) > 2 * MAX_FOLIO {
+            self.ranges.push((start, start + MAX_FOLIO));
+            self.ranges.push((end - MAX_FOLIO, end));
+        } else {
+            self.ranges.push((start, end));
+        }
         self.forget_oldest_over_max();
     }
 
@@ -133,6 +146,21 @@ mod tests {
             assert_eq!((s, e), (0, p * 4 + 4));
             assert!(d.is_empty());
         }
+    }
+
+    #[test]
+    fn a_long_range_keeps_only_its_ends() {
+        let mut d = StraddledDrops::default();
+        let m = MAX_FOLIO;
+        d.keep(10 * m, 12 * m);
+        d.keep(20 * m, 30 * m);
+        assert_eq!(
+            d.ranges(),
+            [(10 * m, 12 * m), (20 * m, 21 * m), (29 * m, 30 * m)]
+        );
+        // The next piece takes in the end it touches, not the middle.
+        assert_eq!(d.merge(30 * m, 31 * m), Some((29 * m, 31 * m)));
+        assert_eq!(d.merge(25 * m, 26 * m), None);
     }
 
     #[test]

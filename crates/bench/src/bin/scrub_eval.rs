@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use memvisor_bench::managed_cache::ManagedCache;
 use memvisor_bench::{scrub_eval, BenchError, HostPolicy, ScrubEvalConfig};
 use memvisor_testvm::DiskPattern;
 
@@ -29,10 +30,12 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     patterns: Vec<String>,
     /// Host policies, comma-separated (default, drop-all, scrub, exclusive; all by default).
-    /// `exclusive` runs QEMU under `memvisor run --host-cache exclusive`.
+    /// Also `memvisor` (QEMU under `memvisor run`, the host cache left alone), `exclusive`
+    /// (`memvisor run --host-cache exclusive`), `image-cache=SIZE` (`memvisor run
+    /// --image-cache SIZE`) and `exclusive+image-cache=SIZE`.
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
-    /// The `memvisor` binary for `exclusive` runs [default: next to this program].
+    /// The `memvisor` binary for the `memvisor run` policies [default: next to this program].
     #[arg(long)]
     memvisor: Option<PathBuf>,
     /// Seconds of the measured phase.
@@ -73,14 +76,22 @@ fn config(cli: &Cli) -> Result<ScrubEvalConfig, BenchError> {
             .collect::<Result<_, _>>()?;
     }
     if !cli.policies.is_empty() {
-        // `exclusive` is memvisor's exact exclusive host cache (QEMU under `memvisor run`).
-        c.exclusive = cli.policies.iter().any(|p| p == "exclusive");
-        c.policies = cli
-            .policies
-            .iter()
-            .filter(|p| p.as_str() != "exclusive")
-            .map(|p| HostPolicy::parse(p))
-            .collect::<Result<_, _>>()?;
+        // A `memvisor run` setting (QEMU under memvisor) or a host policy beside QEMU.
+        c.policies.clear();
+        c.managed.clear();
+        for p in &cli.policies {
+            match ManagedCache::parse(p)? {
+                Some(m) => c.managed.push(m),
+                None => c.policies.push(HostPolicy::parse(p).map_err(|_| {
+                    BenchError::bad(
+                        "--policies",
+                        p.as_str(),
+                        "expected default, drop-all, scrub, memvisor, exclusive, \
+                         image-cache=SIZE or exclusive+image-cache=SIZE",
+                    )
+                })?),
+            }
+        }
     }
     if let Some(m) = &cli.memvisor {
         c.memvisor = m.clone();
