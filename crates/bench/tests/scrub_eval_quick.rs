@@ -137,5 +137,19 @@ fn bad_arguments_are_refused_with_a_message() {
         .output()
         .expect("run scrub-eval");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bad policy \"none\""));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad --policies \"none\": expected default, drop-all, scrub, memvisor"),
+        "{stderr}"
+    );
+    let out = Command::new(EXE)
+        .args(["--policies", "default,image-cache=512K"])
+        .output()
+        .expect("run scrub-eval");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"image-cache=512K\": the limit must be at least 1M"),
+        "{stderr}"
+    );
 }
