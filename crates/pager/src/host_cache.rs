@@ -242,6 +242,15 @@ impl ImageHostCache {
         }
     }
 
+    /// The program read `len` bytes of the image through its own descriptor `program_fd`:
+    /// under a limit, that descriptor reads ahead only while a stream runs
+    /// ([`CacheLimit::advise_readahead`]).
+    pub fn advise_readahead(&self, program_fd: RawFd, path: &std::path::Path, len: u64) {
+        if let Err((what, e)) = self.limit.advise_readahead(program_fd, len) {
+            self.warn_once(path, what, &e);
+        }
+    }
+
     /// Sets (`Some`) or lifts (`None`) the limit on the image's host cache; `file_len` sizes
     /// the model's blocks. A smaller limit drops the excess at once.
     pub fn set_limit(&self, fd: RawFd, path: &std::path::Path, limit: Option<u64>, file_len: u64) {

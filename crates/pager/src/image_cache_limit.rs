@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::device_readahead::device_readahead;
 use crate::image_cache_model::{ImageCacheFigures, ImageCacheModel, Victims};
 use crate::page_cache_calls::{
-    cachestat, drop_clean, page, start_writeback, CallError, DropOutcome,
+    cachestat, drop_clean, fadvise, page, start_writeback, CallError, DropOutcome,
 };
 use crate::straddled_drops::StraddledDrops;
 
@@ -45,6 +45,8 @@ pub const STREAM_GUARD: u64 = 4 << 20;
 const MAX_STREAM_GUARD: u64 = 64 << 20;
 /// An access at least this long starts a stream (a smaller one only continues one).
 const STREAM_START: u64 = 64 << 10;
+/// Most of the program's descriptors of one image told to read without readahead.
+const MAX_RANDOM_FDS: usize = 8;
 /// A stream not continued for this long has stopped: its readahead is no longer guarded.
 const STREAM_IDLE: Duration = Duration::from_secs(1);
 
@@ -116,6 +118,9 @@ struct Limited {
     file_len: u64,
     /// [`stream_guard`] of the image's device.
     stream_guard: u64,
+    /// The program's descriptors given `POSIX_FADV_RANDOM` while no stream runs (at most
+    /// [`MAX_RANDOM_FDS`]).
+    random_fds: Vec<i32>,
 }
 
 /// One image's cache limit: no limit until [`CacheLimit::set`].
@@ -144,6 +149,8 @@ struct Work {
     victims: Victims,
     retry: Vec<(u64, u64)>,
     check: bool,
+    /// `posix_fadvise` advice to give the whole file on descriptors.
+    advice: Vec<(i32, libc::c_int)>,
 }
 
 impl Limited {
@@ -174,6 +181,35 @@ impl Limited {
             self.streams.remove(0);
         }
         self.streams.push(Stream { end, last: now });
+    }
+
+    /// The readahead advice for the descriptor `fd` after an access of `len` bytes at `now`:
+    /// while no stream runs, the kernel's readahead around scattered reads (it reads ahead
+    /// of any read that follows cached pages: up to the disk's whole window) only fills the
+    /// cache with blocks the model never asked for, which reconciliation then drops, so the
+    /// descriptor reads what is asked (`POSIX_FADV_RANDOM`); the first long access gives it
+    /// back its readahead (`POSIX_FADV_NORMAL`).
+    fn readahead_advice(&mut self, fd: i32, len: u64, now: Instant) -> Vec<(i32, libc::c_int)> {
+        if len >= STREAM_START {
+            return self.normal_again();
+        }
+        let streaming = self
+            .streams
+            .iter()
+            .any(|s| now.duration_since(s.last) <= STREAM_IDLE);
+        if streaming || self.random_fds.contains(&fd) || self.random_fds.len() >= MAX_RANDOM_FDS {
+            return Vec::new();
+        }
+        self.random_fds.push(fd);
+        vec![(fd, libc::POSIX_FADV_RANDOM)]
+    }
+
+    /// `POSIX_FADV_NORMAL` for every descriptor given `POSIX_FADV_RANDOM`.
+    fn normal_again(&mut self) -> Vec<(i32, libc::c_int)> {
+        self.random_fds
+            .drain(..)
+            .map(|fd| (fd, libc::POSIX_FADV_NORMAL))
+            .collect()
     }
 
     /// Merges each victim range with the straddling ranges it overlaps or touches
@@ -210,6 +246,20 @@ impl Limited {
     }
 }
 
+/// Gives each descriptor its readahead advice (for the whole file); a descriptor the program
+/// closed meanwhile (`EBADF`) needs none.
+fn give_advice(advice: &[(i32, libc::c_int)]) -> Result<(), CallError> {
+    for &(fd, a) in advice {
+        match fadvise(fd, 0, 0, a) {
+            Err(e) if e.raw_os_error() != Some(libc::EBADF) => {
+                return Err(("posix_fadvise(RANDOM/NORMAL)", e));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Appends `more` to `list`, keeping its newest `max` entries.
 fn bounded_extend(list: &mut Vec<(u64, u64)>, more: Vec<(u64, u64)>, max: usize) {
     list.extend(more);
@@ -234,7 +284,12 @@ impl CacheLimit {
         {
             let mut state = self.state();
             match (limit, state.as_mut()) {
-                (None, _) => *state = None,
+                (None, _) => {
+                    // The descriptor gets its readahead back.
+                    if let Some(mut l) = state.take() {
+                        work.advice = l.normal_again();
+                    }
+                }
                 (Some(bytes), Some(l)) => {
                     l.file_len = file_len;
                     l.model.set_limit(bytes, &mut work.victims);
@@ -250,6 +305,7 @@ impl CacheLimit {
                         streams: Vec::new(),
                         file_len,
                         stream_guard: stream_guard(device_readahead(fd)),
+                        random_fds: Vec::new(),
                     });
                     work.check = true;
                 }
@@ -296,6 +352,17 @@ impl CacheLimit {
         self.run(fd, work)
     }
 
+    /// The program read `len` bytes of the image through its descriptor `program_fd` (after
+    /// telling [`accessed`](Self::accessed)): that descriptor's readahead follows whether a
+    /// stream runs ([`Limited::readahead_advice`]). Nothing without a limit.
+    pub fn advise_readahead(&self, program_fd: i32, len: u64) -> Result<(), CallError> {
+        let advice = match self.state().as_mut() {
+            Some(l) => l.readahead_advice(program_fd, len, Instant::now()),
+            None => return Ok(()),
+        };
+        give_advice(&advice)
+    }
+
     /// Bytes `[off, off + len)` left the host cache for another reason (the guest holds them):
     /// they leave the model too.
     pub fn removed(&self, off: u64, len: u64) {
@@ -306,6 +373,7 @@ impl CacheLimit {
 
     /// Drops victims, retries unclean ones, reconciles if due.
     fn run(&self, fd: i32, work: Work) -> Result<(), CallError> {
+        give_advice(&work.advice)?;
         let pg = page();
         let (mut unclean, mut straddling) = (Vec::new(), Vec::new());
         for &(o, l) in work.victims.iter().chain(&work.retry) {
@@ -664,6 +732,47 @@ mod tests {
         assert_eq!(lim.stats().reconciliations, 1);
         assert_eq!(cachestat(fd, 0, 16 * PG).unwrap().nr_cache, 16);
         assert_eq!(cachestat(fd, 16 * PG, 584 * PG).unwrap().nr_cache, 0);
+    }
+
+    #[test]
+    fn the_program_descriptor_reads_ahead_only_while_a_stream_runs() {
+        // `f` (no readahead) caches what the tests read through it; `prog` is the program's
+        // own descriptor of the same file, with the kernel's readahead.
+        let f = uncached_file(4096);
+        let fd = f.as_raw_fd();
+        if device_readahead(fd).is_none_or(|r| r < 16 * PG) {
+            return; // no readahead to see
+        }
+        let prog = std::fs::File::open(format!("/proc/self/fd/{fd}")).unwrap();
+        let pfd = prog.as_raw_fd();
+        let lim = CacheLimit::default();
+        lim.set(fd, Some(256 * PG), 4096 * PG).unwrap();
+        // A read after cached pages: the kernel reads ahead of it ("context" readahead), unless
+        // the descriptor was told the reads are random.
+        let read_after_history = |at: u64| -> u64 {
+            let mut p = [0u8; PG as usize];
+            for q in at - 64..at {
+                f.read_exact_at(&mut p, q * PG).unwrap();
+            }
+            prog.read_exact_at(&mut p, at * PG).unwrap();
+            cachestat(fd, (at + 1) * PG, 64 * PG).unwrap().nr_cache
+        };
+        assert!(read_after_history(100) > 0, "no readahead to see");
+        // Scattered 4 KiB reads and no stream: the descriptor reads what is asked.
+        lim.accessed(fd, 3000 * PG, PG, 1).unwrap();
+        lim.advise_readahead(pfd, PG).unwrap();
+        assert_eq!(read_after_history(1000), 0);
+        // A long read starts a stream: readahead comes back.
+        lim.accessed(fd, 2000 * PG, 16 * PG, 1).unwrap();
+        lim.advise_readahead(pfd, 16 * PG).unwrap();
+        assert!(read_after_history(1500) > 0);
+        // Lifting the limit gives it back too.
+        std::thread::sleep(STREAM_IDLE);
+        lim.accessed(fd, 3100 * PG, PG, 1).unwrap();
+        lim.advise_readahead(pfd, PG).unwrap();
+        assert_eq!(read_after_history(2500), 0);
+        lim.set(fd, None, 4096 * PG).unwrap();
+        assert!(read_after_history(3500) > 0);
     }
 
     #[test]

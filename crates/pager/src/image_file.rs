@@ -169,6 +169,13 @@ impl ImageFile {
             .accessed(self.raw_fd(), &self.path, offset, len, read_nanos);
     }
 
+    /// The program read `len` bytes of the image through its descriptor `program_fd`: under
+    /// a cache limit, that descriptor reads ahead only while a sequential stream runs.
+    pub fn advise_readahead(&self, program_fd: i32, len: u64) {
+        self.host_cache
+            .advise_readahead(program_fd, &self.path, len);
+    }
+
     /// Sets (`Some`) or lifts (`None`) the limit on the image's host page cache
     /// ([`crate::image_cache_limit`]).
     pub fn set_cache_limit(&self, limit: Option<u64>) {

@@ -126,6 +126,9 @@ pub fn accessed(fd: c_int, offset: i64, n: isize, read_nanos: u64) {
     if let Some(image) = known_image(fd) {
         if image.cache_limit().is_some() && !is_direct(fd) {
             image.accessed(offset as u64, n as u64, read_nanos);
+            if read_nanos > 0 {
+                image.advise_readahead(fd, n as u64);
+            }
         }
     }
     set_errno(saved);
@@ -342,6 +345,9 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
             .enumerate()
         {
             image.guest_holds(o, l, l, if i == 0 { nanos } else { 0 });
+        }
+        if image.cache_limit().is_some() {
+            image.advise_readahead(fd, n as u64);
         }
     }
     set_errno(saved);
