@@ -16,7 +16,9 @@
 //! reader enters it); all streams together keep at most the slack or half the limit, whichever
 //! is larger ([`guard_total`]), so a cache limit of 80M on a disk that reads 8 MiB ahead holds up
 //! to 96M while a stream runs. Between two comparisons the cache may grow by up to another slack
-//! of accesses.
+//! of accesses. While no stream runs, the program's own descriptors of the image read without
+//! readahead ([`CacheLimit::advise_readahead`]): the kernel reads ahead of any read that follows
+//! cached pages, and under a limit those blocks were read only to be dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
