@@ -120,36 +120,29 @@ fn out_pid(json: &Value) -> u64 {
     json["pid"].as_u64().unwrap_or(0)
 }
 
+/// Runs scrub-eval with `args`: it must fail, its error naming `expected`.
+fn refused(args: &[&str], expected: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run scrub-eval");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(expected), "{stderr}");
+}
+
 #[test]
 fn bad_arguments_are_refused_with_a_message() {
-    let out = Command::new(EXE)
-        .args(["--quick", "--patterns", "seq,bogus"])
-        .output()
-        .expect("run scrub-eval");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("bad pattern \"bogus\": expected seq, random or zipf"),
-        "{stderr}"
+    refused(
+        &["--quick", "--patterns", "seq,bogus"],
+        "bad pattern \"bogus\": expected seq, random or zipf",
     );
-    let out = Command::new(EXE)
-        .args(["--policies", "none"])
-        .output()
-        .expect("run scrub-eval");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("bad --policies \"none\": expected default, drop-all, scrub, memvisor"),
-        "{stderr}"
+    refused(
+        &["--policies", "none"],
+        "bad --policies \"none\": expected default, drop-all, scrub, memvisor",
     );
-    let out = Command::new(EXE)
-        .args(["--policies", "default,image-cache=512K"])
-        .output()
-        .expect("run scrub-eval");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("\"image-cache=512K\": the limit must be at least 1M"),
-        "{stderr}"
+    refused(
+        &["--policies", "default,image-cache=512K"],
+        "\"image-cache=512K\": the limit must be at least 1M",
     );
 }

@@ -61,6 +61,13 @@ struct Stream {
     last: Instant,
 }
 
+impl Stream {
+    /// Whether it was continued in the last [`STREAM_IDLE`] before `now`.
+    fn active(&self, now: Instant) -> bool {
+        now.duration_since(self.last) <= STREAM_IDLE
+    }
+}
+
 /// How far above the limit the host cache may be before a reconciliation: an eighth of the
 /// limit, at least 1 MiB (kernel readahead around the model's blocks).
 pub fn reconcile_slack(limit: u64) -> u64 {
@@ -195,10 +202,7 @@ impl Limited {
         if len >= STREAM_START {
             return self.normal_again();
         }
-        let streaming = self
-            .streams
-            .iter()
-            .any(|s| now.duration_since(s.last) <= STREAM_IDLE);
+        let streaming = self.streams.iter().any(|s| s.active(now));
         if streaming || self.random_fds.contains(&fd) || self.random_fds.len() >= MAX_RANDOM_FDS {
             return Vec::new();
         }
@@ -436,7 +440,7 @@ impl CacheLimit {
             let active: Vec<u64> = l
                 .streams
                 .iter()
-                .filter(|s| now.duration_since(s.last) <= STREAM_IDLE)
+                .filter(|s| s.active(now))
                 .map(|s| s.end)
                 .collect();
             let guard = (guard_total(limit) / active.len().max(1) as u64).min(l.stream_guard);

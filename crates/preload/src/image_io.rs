@@ -346,9 +346,8 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
         {
             image.guest_holds(o, l, l, if i == 0 { nanos } else { 0 });
         }
-        if image.cache_limit().is_some() {
-            image.advise_readahead(fd, n as u64);
-        }
+        // Nothing without a limit.
+        image.advise_readahead(fd, n as u64);
     }
     set_errno(saved);
     n
