@@ -116,6 +116,9 @@ pub struct RegionStats {
     pub swap_read_nanos: u64,
     /// Access samples taken (see [`RegionConfig::sample_interval`](crate::RegionConfig)).
     pub samples: u64,
+    /// Access samples due but not taken: the region could need no victim soon (it fits its
+    /// budget, or holds less than half of it).
+    pub samples_skipped: u64,
     /// Nanoseconds spent taking samples (dropping page-table entries).
     pub sample_nanos: u64,
     /// Median handler service time of a page-in fault (from reading the fault message to the
@@ -187,6 +190,7 @@ pub(crate) struct StatsCounters {
     pub swap_write_nanos: AtomicU64,
     pub swap_read_nanos: AtomicU64,
     pub samples: AtomicU64,
+    pub samples_skipped: AtomicU64,
     pub sample_nanos: AtomicU64,
     pub page_in_max_nanos: AtomicU64,
     /// Bucket `i` counts page-in service times in `[2^i, 2^(i+1))` ns (bucket 0 also 0).
@@ -305,6 +309,7 @@ impl StatsCounters {
             swap_write_nanos: g(&self.swap_write_nanos),
             swap_read_nanos: g(&self.swap_read_nanos),
             samples: g(&self.samples),
+            samples_skipped: g(&self.samples_skipped),
             sample_nanos: g(&self.sample_nanos),
             page_in_p50_nanos: self.page_in_quantile(0.5),
             page_in_p99_nanos: self.page_in_quantile(0.99),

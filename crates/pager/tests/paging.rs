@@ -996,8 +996,9 @@ fn a_sample_drops_every_resident_chunk_of_a_region_of_several_slices() {
     )
     .unwrap();
     let chunks = [0, 17, 33, 50, 63];
+    // Whole chunks: samples begin once the region holds half its budget.
     for &c in &chunks {
-        write(&region, c * chunk, &[c as u8 + 1]);
+        write(&region, c * chunk, &vec![c as u8 + 1; chunk]);
     }
     wait_for_samples(&region, 2);
     for &c in &chunks {
@@ -1010,6 +1011,47 @@ fn a_sample_drops_every_resident_chunk_of_a_region_of_several_slices() {
             "chunk {c} kept its entries through the sample"
         );
     }
+}
+
+/// No sample is taken while it could inform no eviction: in a region that fits its budget,
+/// or holds less than half of it; they begin once it holds more.
+#[test]
+fn samples_wait_for_a_region_near_a_budget_it_can_outgrow() {
+    if !supported() {
+        return;
+    }
+    let chunk = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let every = Some(Duration::from_millis(5));
+    // Fits: written whole, never sampled, never a minor fault.
+    let fits = Region::new(config(8 * chunk, 8 * chunk, chunk, dir.path()).sample_interval(every))
+        .unwrap();
+    write(&fits, 0, &vec![1u8; 8 * chunk]);
+    let t = std::time::Instant::now();
+    while fits.stats().samples_skipped < 10 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", fits.stats());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut b = vec![0u8; 8 * chunk];
+    read(&fits, 0, &mut b);
+    assert!(b.iter().all(|&x| x == 1));
+    let s = fits.stats();
+    assert_eq!((s.samples, s.minor_faults), (0, 0), "{s:?}");
+
+    // Larger than its budget: 3 of 8 chunks held, then 5.
+    let grows =
+        Region::new(config(64 * chunk, 8 * chunk, chunk, dir.path()).sample_interval(every))
+            .unwrap();
+    write(&grows, 0, &vec![2u8; 3 * chunk]);
+    let skipped = grows.stats().samples_skipped;
+    let t = std::time::Instant::now();
+    while grows.stats().samples_skipped < skipped + 10 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", grows.stats());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(grows.stats().samples, 0);
+    write(&grows, 3 * chunk, &vec![2u8; 2 * chunk]);
+    wait_for_samples(&grows, 2);
 }
 
 /// The randomized workload with chunks of 16 pages, scattered page-ins leaving them partly

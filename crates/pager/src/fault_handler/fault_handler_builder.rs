@@ -9,6 +9,7 @@ use memvisor_policy::{EvictionPolicy, RefaultHistory, RefaultScale};
 
 use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
+use super::image_blocks::ImageBlocks;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::region_memory::RegionMemory;
 use super::{FaultHandler, HandlerShared};
@@ -107,7 +108,7 @@ impl FaultHandlerBuilder<'_> {
             ),
             page_reads: Vec::new(),
             page_reads_done: Vec::new(),
-            images: Default::default(),
+            images: ImageBlocks::new(region_pages),
             fault_offset: None,
             uffd_error_logged: false,
             migration_buffer: None,

@@ -12,7 +12,7 @@ use memvisor_policy::{EvictionPolicy, PolicySpec, RefaultHistory};
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
-use crate::region_command::POSTED_DELAY;
+use crate::region_command::POSTED_MAX_WAIT;
 use crate::region_stats::{add, StatsCounters};
 use crate::swap_io::SwapIo;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
@@ -25,7 +25,7 @@ use super::image_blocks::ImageBlocks;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
-use super::sample_pacer::SamplePacer;
+use super::sample_pacer::{samples_can_inform_eviction, SamplePacer};
 use crate::page_reads::PageReadDone;
 
 /// Most bytes of the region whose page-table entries a sample drops before it serves the
@@ -106,27 +106,33 @@ impl FaultHandler {
             .sample_interval
             .map(|i| SamplePacer::new(i, Instant::now()));
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
-        // Posted commands (associations) waiting since this handler was woken for them alone:
-        // taken at this time, or earlier with a fault or a submitted command.
-        let mut posted_due: Option<Instant> = None;
         loop {
             let mut timeout = match pacer.as_mut() {
                 None => -1,
                 Some(pacer) => {
                     let now = Instant::now();
                     if now >= pacer.due() {
-                        self.sample();
-                        let minor = self.stats().resident_faults.load(Ordering::Relaxed);
-                        let i = pacer.after_sample(minor, now);
+                        let i = if samples_can_inform_eviction(
+                            self.chunks.region_pages(),
+                            self.budget_pages,
+                            self.chunks.resident_total(),
+                        ) {
+                            self.sample();
+                            let minor = self.stats().resident_faults.load(Ordering::Relaxed);
+                            pacer.after_sample(minor, now)
+                        } else {
+                            add(&self.stats().samples_skipped, 1);
+                            pacer.skipped(now)
+                        };
                         i.as_millis().min(i32::MAX as u128) as i32
                     } else {
                         ((pacer.due() - now).as_millis() as i32).max(1)
                     }
                 }
             };
-            if let Some(due) = posted_due {
-                let left = due.saturating_duration_since(Instant::now());
-                let ms = (left.as_millis() as i32).max(1);
+            if self.shared.commands.has_posted() {
+                // Taken within POSTED_MAX_WAIT at most (earlier with a fault or a command).
+                let ms = POSTED_MAX_WAIT.as_millis() as i32;
                 timeout = if timeout < 0 { ms } else { timeout.min(ms) };
             }
             let mut fds = [
@@ -200,17 +206,13 @@ impl FaultHandler {
                 self.shared.commands.wake.clear();
                 if self.shared.commands.has_submitted() {
                     self.run_commands();
-                    posted_due = None;
                     self.check_invariants("command");
-                } else if posted_due.is_none() {
-                    posted_due = Some(Instant::now() + POSTED_DELAY);
                 }
             }
-            // Posted commands go first when their time came or a fault needs serving (its
-            // page-in may evict pages they associate).
-            if posted_due.is_some_and(|due| fds[0].revents != 0 || Instant::now() >= due) {
+            // Posted commands (associations) are taken whenever the handler wakes, and before
+            // faults are served (their page-ins may evict pages they associate).
+            if self.shared.commands.has_posted() {
                 self.run_posted();
-                posted_due = None;
                 self.check_invariants("posted commands");
             }
             if fds[0].revents == 0 {

@@ -2,7 +2,7 @@
 //! mapper's associations), looked up by page (eviction, page-in) and by image range (a write
 //! to the image ends the associations it overlaps).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::image_file::{FileKey, ImageFile};
@@ -22,15 +22,59 @@ pub(crate) struct ImageBlock {
 }
 
 /// The associations of one region.
-#[derive(Debug, Default)]
+///
+/// By page, a table of 16 bytes per page of the region, allocated zeroed at the first
+/// association (a fresh mapping: only the pages of it that hold associations take memory, 1
+/// MiB per 256 MiB of associated guest memory at most). A hash map of the same associations
+/// took about 4 MiB for a 256 MiB guest whose page cache held its disk, memory the host's
+/// page cache of the image lost (`docs/benchmarks.md`, issue 12).
+#[derive(Debug)]
 pub(crate) struct ImageBlocks {
     images: Vec<Arc<ImageFile>>,
-    by_page: HashMap<usize, ImageBlock>,
+    /// Pages in the region.
+    region_pages: usize,
+    /// Per region page: the block's offset, then `(image + 1) << 32 | crc` with bit 63 set
+    /// once checked; all zero without an association. Empty until the first association.
+    by_page: Vec<[u64; 2]>,
+    /// Associated pages.
+    associated: usize,
     /// Per image: (block offset, region page). Several pages may copy one block.
     by_offset: Vec<BTreeSet<(u64, usize)>>,
 }
 
+/// `ImageBlocks::by_page`'s second word: the checked bit.
+const CHECKED: u64 = 1 << 63;
+
+impl ImageBlock {
+    fn pack(&self) -> [u64; 2] {
+        let image = (u64::from(self.image) + 1) << 32;
+        let checked = if self.checked { CHECKED } else { 0 };
+        [self.offset, image | checked | u64::from(self.crc)]
+    }
+
+    fn unpack(slot: [u64; 2]) -> Option<Self> {
+        let image = ((slot[1] & !CHECKED) >> 32) as u32;
+        (image != 0).then(|| Self {
+            image: image - 1,
+            offset: slot[0],
+            crc: slot[1] as u32,
+            checked: slot[1] & CHECKED != 0,
+        })
+    }
+}
+
 impl ImageBlocks {
+    /// No associations in a region of `region_pages` pages.
+    pub fn new(region_pages: usize) -> Self {
+        Self {
+            images: Vec::new(),
+            region_pages,
+            by_page: Vec::new(),
+            associated: 0,
+            by_offset: Vec::new(),
+        }
+    }
+
     /// The index of `image`, adding it on first use.
     pub fn image_index(&mut self, image: &Arc<ImageFile>) -> u32 {
         if let Some(i) = self.images.iter().position(|i| i.key() == image.key()) {
@@ -57,32 +101,44 @@ impl ImageBlocks {
     /// How many pages are associated.
     #[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))] // the invariant check's
     pub fn len(&self) -> usize {
-        self.by_page.len()
+        self.associated
     }
 
     /// The block region page `page` is a copy of.
     pub fn get(&self, page: usize) -> Option<ImageBlock> {
-        self.by_page.get(&page).copied()
+        ImageBlock::unpack(*self.by_page.get(page)?)
     }
 
     /// Whether any of pages `first..first + n` is associated.
     pub fn any_in(&self, first: usize, n: usize) -> bool {
-        !self.by_page.is_empty() && (first..first + n).any(|p| self.by_page.contains_key(&p))
+        self.associated > 0 && (first..first + n).any(|p| self.get(p).is_some())
     }
 
-    /// Page `page` is now a copy of `block` (an earlier association of the page ends).
+    /// Page `page` is now a copy of `block` (an earlier association of the page ends). A
+    /// page outside the region or an unknown image is left without one.
     pub fn insert(&mut self, page: usize, block: ImageBlock) {
         self.remove(page);
+        if page >= self.region_pages {
+            return;
+        }
         let Some(set) = self.by_offset.get_mut(block.image as usize) else {
             return;
         };
+        if self.by_page.is_empty() {
+            // Zeroed: a fresh mapping, its pages untouched until written.
+            self.by_page = vec![[0; 2]; self.region_pages];
+        }
         set.insert((block.offset, page));
-        self.by_page.insert(page, block);
+        self.by_page[page] = block.pack();
+        self.associated += 1;
     }
 
     /// Ends page `page`'s association; returns it.
     pub fn remove(&mut self, page: usize) -> Option<ImageBlock> {
-        let b = self.by_page.remove(&page)?;
+        let slot = self.by_page.get_mut(page)?;
+        let b = ImageBlock::unpack(*slot)?;
+        *slot = [0; 2];
+        self.associated -= 1;
         if let Some(set) = self.by_offset.get_mut(b.image as usize) {
             set.remove(&(b.offset, page));
         }
@@ -91,7 +147,7 @@ impl ImageBlocks {
 
     /// Ends the associations of pages `first..first + n`; returns how many there were.
     pub fn remove_range(&mut self, first: usize, n: usize) -> usize {
-        if self.by_page.is_empty() {
+        if self.associated == 0 {
             return 0;
         }
         (first..first + n)
@@ -118,14 +174,18 @@ impl ImageBlocks {
     #[cfg(any(test, debug_assertions))]
     pub fn check(&self) -> Result<(), String> {
         let total: usize = self.by_offset.iter().map(|m| m.len()).sum();
-        if total != self.by_page.len() {
+        let pages = (0..self.by_page.len())
+            .filter_map(|p| Some((p, self.get(p)?)))
+            .collect::<Vec<_>>();
+        if total != self.associated || pages.len() != self.associated {
             return Err(format!(
-                "{} pages associated but {} blocks indexed",
-                self.by_page.len(),
+                "{} pages associated ({} counted) but {} blocks indexed",
+                pages.len(),
+                self.associated,
                 total
             ));
         }
-        for (&p, b) in &self.by_page {
+        for (p, b) in pages {
             if !self.by_offset[b.image as usize].contains(&(b.offset, p)) {
                 return Err(format!("page {p}: block {:#x} not indexed", b.offset));
             }
@@ -156,7 +216,7 @@ mod tests {
     #[test]
     fn lookups_by_page_and_by_range_agree() {
         let (_f, img) = image();
-        let mut t = ImageBlocks::default();
+        let mut t = ImageBlocks::new(64);
         let i = t.image_index(&img);
         assert_eq!(t.image_index(&img), i, "same image, same index");
         assert_eq!(t.find(img.key()), Some(i));
@@ -181,9 +241,35 @@ mod tests {
     }
 
     #[test]
+    fn a_page_keeps_every_field_of_its_block() {
+        let (_f, img) = image();
+        let (_g, other) = image();
+        let mut t = ImageBlocks::new(4);
+        assert_eq!(t.get(0), None, "nothing before the first association");
+        let i = t.image_index(&img);
+        let j = t.image_index(&other);
+        let b = ImageBlock {
+            image: j,
+            offset: u64::MAX - 4095,
+            crc: u32::MAX,
+            checked: true,
+        };
+        t.insert(3, b);
+        t.insert(0, block(i, 0));
+        assert_eq!(t.get(3), Some(b));
+        assert_eq!(t.get(0), Some(block(i, 0)));
+        assert_eq!((t.get(1), t.get(4)), (None, None));
+        // Outside the region, or an image never indexed: no association.
+        t.insert(4, block(i, 0));
+        t.insert(1, block(7, 0));
+        assert_eq!((t.get(1), t.get(4), t.len()), (None, None, 2));
+        t.check().unwrap();
+    }
+
+    #[test]
     fn a_block_may_have_several_pages_and_a_page_one_block() {
         let (_f, img) = image();
-        let mut t = ImageBlocks::default();
+        let mut t = ImageBlocks::new(64);
         let i = t.image_index(&img);
         t.insert(1, block(i, 0));
         t.insert(2, block(i, 0));
