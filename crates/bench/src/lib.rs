@@ -38,6 +38,7 @@
 //!
 //! See the crate README for the commands and what is measured.
 
+pub mod balloon_trigger;
 pub mod bench_error;
 pub mod broker_eval;
 pub mod broker_eval_worker;

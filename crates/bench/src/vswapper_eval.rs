@@ -15,7 +15,11 @@
 //! * `small-ram-noinit`: the same with `init_on_alloc=0` on the guest kernel's command line
 //!   (Debian's kernel zeroes every page it allocates, a CPU write that pages a recycled page in
 //!   before the disk read can overwrite it: the false reads the preventer cannot see);
-//! * `no-disk`: a memory workload only (the mapper must cost nothing there).
+//! * `no-disk`: a memory workload only (the mapper must cost nothing there);
+//! * `balloon`: `page-cache` with a virtio-balloon that the host inflates to leave the guest
+//!   3/8 of its RAM once the first pass has read the disk (QMP, [`BalloonTrigger`]): the guest gives up
+//!   page cache the host may have paged out, in the middle of its second pass (seed 004's
+//!   dynamic case: balloons respond late, host swapping does the rest).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -31,6 +35,7 @@ use memvisor_testvm::{
     qemu_binary, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend, RunningGuest,
 };
 
+use crate::balloon_trigger::{BalloonInflation, BalloonTrigger};
 use crate::bench_error::BenchError;
 use crate::counters::field;
 use crate::kernel_swap::KernelSwapFile;
@@ -53,6 +58,9 @@ pub struct EvalCase {
     pub workload: String,
     /// Extra guest kernel command-line words.
     pub kernel_args: Vec<&'static str>,
+    /// The guest's memory after the host inflates its balloon, MiB, once the guest has read
+    /// its whole disk once (`None`: no balloon device).
+    pub balloon_mib: Option<u64>,
 }
 
 impl EvalCase {
@@ -71,6 +79,7 @@ impl EvalCase {
                 disk_mib: disk,
                 workload: format!("{}; {}", pass(disk), pass(disk)),
                 kernel_args: Vec::new(),
+                balloon_mib: None,
             },
             EvalCase {
                 name: "mixed",
@@ -82,6 +91,7 @@ impl EvalCase {
                     pass(disk)
                 ),
                 kernel_args: Vec::new(),
+                balloon_mib: None,
             },
             EvalCase {
                 name: "small-ram",
@@ -89,6 +99,7 @@ impl EvalCase {
                 disk_mib: disk,
                 workload: format!("{}; {}", pass(disk), pass(disk)),
                 kernel_args: Vec::new(),
+                balloon_mib: None,
             },
             EvalCase {
                 name: "small-ram-noinit",
@@ -96,6 +107,7 @@ impl EvalCase {
                 disk_mib: disk,
                 workload: format!("{}; {}", pass(disk), pass(disk)),
                 kernel_args: vec!["init_on_alloc=0"],
+                balloon_mib: None,
             },
             EvalCase {
                 name: "no-disk",
@@ -103,6 +115,15 @@ impl EvalCase {
                 disk_mib: 0,
                 workload: format!("mem {} --patterns seq,zipf", ram * 3 / 4),
                 kernel_args: Vec::new(),
+                balloon_mib: None,
+            },
+            EvalCase {
+                name: "balloon",
+                guest_mib: ram,
+                disk_mib: disk,
+                workload: format!("{}; {}", pass(disk), pass(disk)),
+                kernel_args: Vec::new(),
+                balloon_mib: Some(ram * 3 / 8),
             },
         ]
     }
@@ -155,6 +176,9 @@ pub struct EvalRun {
     pub false_reads_avoided: u64,
     /// Whether the guest verified every byte (it must).
     pub verified: bool,
+    /// When the balloon was inflated (seconds after QEMU started) and the smallest memory the
+    /// guest got down to (`None`: no balloon).
+    pub balloon: Option<BalloonInflation>,
 }
 
 /// The evaluation's settings.
@@ -273,6 +297,11 @@ pub fn vswapper_eval(
             for a in &case.kernel_args {
                 g = g.kernel_arg(*a);
             }
+            if case.balloon_mib.is_some() {
+                g = g
+                    .free_page_reporting(true)
+                    .qmp_socket(dir.join(format!("qmp-{}.sock", case.name)));
+            }
             g
         };
         for rep in 0..config.reps {
@@ -308,6 +337,57 @@ fn run_one(
     let args = guest.qemu_args(image).map_err(guest_err)?;
     let run_dir = dir.join(format!("run-{rep}"));
     fs::create_dir_all(&run_dir).map_err(|e| BenchError::io("create", &run_dir, e))?;
+    let balloon = match (case.balloon_mib, &guest.qmp_socket) {
+        (Some(mib), Some(socket)) => {
+            // A socket left by the last run would be connected to before QEMU listens.
+            let _ = fs::remove_file(socket);
+            Some(BalloonTrigger::start(
+                socket.clone(),
+                case.disk_mib * MIB,
+                mib * MIB,
+            ))
+        }
+        _ => None,
+    };
+    let result = run_variant(
+        config, &run_dir, case, guest, variant, rep, &label, &qemu, &args,
+    );
+    let inflation = balloon.map(BalloonTrigger::finish).transpose();
+    let _ = fs::remove_dir_all(&run_dir);
+    let run = result?;
+    let balloon =
+        match inflation {
+            Ok(Some(None)) => return Err(BenchError::bad(
+                "balloon",
+                label,
+                "the guest ended before it had read its disk once: the balloon was never inflated",
+            )),
+            Ok(at) => at.flatten(),
+            Err(e) => return Err(BenchError::bad("balloon", label, e)),
+        };
+    Ok(EvalRun { balloon, ..run })
+}
+
+/// One guest run under `variant` (the kernel's swap, or `memvisor run`), its files in
+/// `run_dir`.
+#[allow(clippy::too_many_arguments)]
+fn run_variant(
+    config: &VswapperEvalConfig,
+    run_dir: &Path,
+    case: &EvalCase,
+    guest: &GuestConfig,
+    variant: EvalVariant,
+    rep: usize,
+    label: &str,
+    qemu: &Path,
+    args: &[std::ffi::OsString],
+) -> Result<EvalRun, BenchError> {
+    let guest_err = |source| BenchError::Guest {
+        run: label.to_string(),
+        source,
+    };
+    let dir = run_dir.parent().unwrap_or(run_dir);
+    let run_dir = run_dir.to_path_buf();
     let result = match variant {
         EvalVariant::Kernel if config.throttle_bps.is_some() => {
             return Err(BenchError::bad(
@@ -326,8 +406,8 @@ fn run_one(
             cmd.arg("-c")
                 .arg("echo $$ > \"$0\" && exec \"$@\"")
                 .arg(cgroup.procs_path())
-                .arg(&qemu)
-                .args(&args);
+                .arg(qemu)
+                .args(args);
             let before = vmstat_swap()?;
             let started = Instant::now();
             let run = RunningGuest::spawn(cmd)
@@ -348,6 +428,7 @@ fn run_one(
                 writes_avoided: 0,
                 false_reads_avoided: 0,
                 verified: run.ok(),
+                balloon: None,
             }
         }
         EvalVariant::Mapper | EvalVariant::NoMapper => {
@@ -381,8 +462,8 @@ fn run_one(
                 .arg("--swap-dir")
                 .arg(&run_dir)
                 .arg("--")
-                .arg(&qemu)
-                .args(&args);
+                .arg(qemu)
+                .args(args);
             let size = case.guest_mib * MIB;
             let stop = Arc::new(AtomicBool::new(false));
             let last: Arc<Mutex<Option<RegionStatus>>> = Arc::new(Mutex::new(None));
@@ -417,7 +498,7 @@ fn run_one(
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
                 .ok_or_else(|| {
-                    BenchError::bad("run", label.clone(), "memvisor stat never showed guest RAM")
+                    BenchError::bad("run", label, "memvisor stat never showed guest RAM")
                 })?;
             EvalRun {
                 case: case.name,
@@ -431,10 +512,10 @@ fn run_one(
                 writes_avoided: g.swap_write_bytes_avoided,
                 false_reads_avoided: g.false_read_bytes_avoided,
                 verified: run.ok(),
+                balloon: None,
             }
         }
     };
-    let _ = fs::remove_dir_all(&run_dir);
     Ok(result)
 }
 
@@ -513,12 +594,12 @@ pub fn vswapper_markdown(runs: &[EvalRun]) -> String {
 /// The runs as CSV, one line per run.
 pub fn vswapper_csv(runs: &[EvalRun]) -> String {
     let mut s = String::from(
-        "case,variant,rep,wall_secs,guest_secs,swap_written,swap_read,image_read,writes_avoided,false_reads_avoided,verified\n",
+        "case,variant,rep,wall_secs,guest_secs,swap_written,swap_read,image_read,writes_avoided,false_reads_avoided,verified,balloon_secs,balloon_reached_bytes\n",
     );
     for r in runs {
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{:.3},{},{},{},{},{},{}",
+            "{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{}",
             r.case,
             r.variant.name(),
             r.rep,
@@ -529,7 +610,12 @@ pub fn vswapper_csv(runs: &[EvalRun]) -> String {
             r.image_read,
             r.writes_avoided,
             r.false_reads_avoided,
-            r.verified
+            r.verified,
+            r.balloon
+                .map_or(String::new(), |b| format!("{:.1}", b.at_secs)),
+            r.balloon
+                .and_then(|b| b.reached_bytes)
+                .map_or(String::new(), |b| b.to_string())
         );
     }
     s
@@ -552,6 +638,7 @@ mod tests {
             writes_avoided: 0,
             false_reads_avoided: 0,
             verified: true,
+            balloon: None,
         }
     }
 
@@ -579,7 +666,9 @@ mod tests {
     #[test]
     fn cases_scale_with_quick() {
         let full = EvalCase::all(false);
-        assert_eq!(full.len(), 5);
+        assert_eq!(full.len(), 6);
+        assert_eq!(full[5].balloon_mib, Some(384));
+        assert!(full[..5].iter().all(|c| c.balloon_mib.is_none()));
         assert_eq!(full[3].kernel_args, vec!["init_on_alloc=0"]);
         assert_eq!(full[0].workload.matches("--reads 131072").count(), 2);
         assert_eq!(full[2].guest_mib, 256);

@@ -26,7 +26,8 @@ struct Cli {
     /// Budget of every variant (memvisor --budget; the kernel's cgroup limit).
     #[arg(long, default_value = "192M")]
     budget: String,
-    /// Cases, comma-separated (page-cache, mixed, small-ram, small-ram-noinit, no-disk) [default: all].
+    /// Cases, comma-separated (page-cache, mixed, small-ram, small-ram-noinit, no-disk, balloon)
+    /// [default: all].
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// Variants, comma-separated (mapper, no-mapper, kernel) [default: all].
@@ -70,7 +71,7 @@ fn config(cli: &Cli) -> Result<VswapperEvalConfig, BenchError> {
                     BenchError::bad(
                         "case",
                         n.clone(),
-                        "expected page-cache, mixed, small-ram, small-ram-noinit or no-disk",
+                        "expected page-cache, mixed, small-ram, small-ram-noinit, no-disk or balloon",
                     )
                 })
             })
@@ -127,7 +128,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
     })?;
     let runs = vswapper_eval(&config, &image, |r| {
         eprintln!(
-            "{} / {} rep {}: guest {:.2} s, wall {:.2} s, swap written {} MiB, read {} MiB, image re-read {} MiB, false reads avoided {} MiB, verified {}",
+            "{} / {} rep {}: guest {:.2} s, wall {:.2} s, swap written {} MiB, read {} MiB, image re-read {} MiB, false reads avoided {} MiB, verified {}{}",
             r.case,
             r.variant.name(),
             r.rep,
@@ -137,7 +138,12 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
             r.swap_read >> 20,
             r.image_read >> 20,
             r.false_reads_avoided >> 20,
-            r.verified
+            r.verified,
+            r.balloon.map_or(String::new(), |b| format!(
+                ", balloon inflated at {:.1} s, guest down to {} MiB",
+                b.at_secs,
+                b.reached_bytes.map_or("?".into(), |r| (r >> 20).to_string())
+            ))
         )
     })?;
     let md = vswapper_markdown(&runs);
