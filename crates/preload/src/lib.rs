@@ -53,6 +53,7 @@
 pub mod arena_allocator;
 mod credential_mirror;
 pub mod entry_points;
+mod guest_ram_punch;
 pub mod image_entry_points;
 pub mod image_io;
 mod interposer;

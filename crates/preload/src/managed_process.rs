@@ -27,6 +27,7 @@ use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
 use crate::arena_allocator::{ArenaAllocator, Span};
+use crate::guest_ram_punch::GuestRamPunch;
 use crate::pager_worker::run_on_worker;
 use crate::preload_config::PreloadConfig;
 use crate::preload_error::PreloadError;
@@ -733,8 +734,12 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
         .iter_mut()
         .find(|f| f.slot == slot)
         .ok_or(libc::EINVAL)?;
-    f.discards += 1;
     let start = f.region.as_ptr() as usize;
+    if GuestRamPunch::take_covering(Arc::as_ptr(&f.region) as usize, addr - start, len) {
+        // QEMU's madvise after its own punch of the range: a hole already.
+        return Ok(());
+    }
+    f.discards += 1;
     let r = RegionRef(Arc::as_ptr(&f.region));
     // SAFETY: the state lock is held until the worker has run this.
     run_on_worker(move || {

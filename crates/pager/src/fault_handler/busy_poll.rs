@@ -7,7 +7,8 @@
 //! completion of the page read it started, at once. Polling burns the handler's CPU, so it is
 //! done only while it pays:
 //! * while faults arrive fast: the smoothed gap between fault batches is shorter than the
-//!   window; then the loop polls for one window after each batch;
+//!   window; then the loop polls for one window after each batch (synchronous commands count
+//!   as faults: their callers wait too, and a virtio-balloon inflation sends one per page);
 //! * while a parallel page read is in flight (it completes within tens of microseconds), for
 //!   at most one window after the last batch.
 //!

@@ -206,6 +206,11 @@ impl FaultHandler {
                 self.shared.commands.wake.clear();
                 if self.shared.commands.has_submitted() {
                     self.run_commands();
+                    // Synchronous commands that come fast (a balloon's discards, a page
+                    // each) keep the loop polling as fast faults do: each caller waits.
+                    if let Some(b) = busy_poll.as_mut() {
+                        b.on_faults(Instant::now());
+                    }
                     self.check_invariants("command");
                 }
             }
