@@ -1,5 +1,8 @@
-//! Cost of access sampling: repeated read passes over a region that fits its budget (no paging),
-//! without sampling and with several sampling periods.
+//! Cost of access sampling: repeated read passes over `SIZE_MIB` of a region twice as large, with
+//! a budget of 1.5 times `SIZE_MIB` (no paging, even with the page-out headroom of at most a
+//! quarter of the budget kept free), without sampling and with several sampling periods. The
+//! region is larger than its budget because a region that fits is never sampled (it never
+//! needs a victim).
 //!
 //! `cargo run --release -p memvisor-pager --example sampling_cost -- [SIZE_MIB] [SECS]`
 //! (defaults 64 MiB, 2 s per setting).
@@ -26,7 +29,7 @@ fn main() {
         let dir = std::env::temp_dir();
         let sample = (period_ms > 0).then(|| Duration::from_millis(period_ms));
         let region = match Region::new(
-            RegionConfig::new(size, size, &dir)
+            RegionConfig::new(2 * size, size / 2 * 3, &dir)
                 .sample_interval(sample)
                 .name("sampling"),
         ) {
