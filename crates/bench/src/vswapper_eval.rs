@@ -17,9 +17,9 @@
 //!   before the disk read can overwrite it: the false reads the preventer cannot see);
 //! * `no-disk`: a memory workload only (the mapper must cost nothing there);
 //! * `balloon`: `page-cache` with a virtio-balloon that the host inflates to leave the guest
-//!   3/8 of its RAM once the first pass has read the disk (QMP, [`BalloonTrigger`]): the guest gives up
-//!   page cache the host may have paged out, in the middle of its second pass (seed 004's
-//!   dynamic case: balloons respond late, host swapping does the rest).
+//!   3/8 of its RAM once the first pass has read the disk (QMP, [`BalloonTrigger`]): the guest
+//!   gives up page cache the host may have paged out, in the middle of its second pass (seed
+//!   004's dynamic case: balloons respond late, host swapping does the rest).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -349,9 +349,12 @@ fn run_one(
         }
         _ => None,
     };
-    let result = run_variant(
-        config, &run_dir, case, guest, variant, rep, &label, &qemu, &args,
-    );
+    let launch = GuestLaunch {
+        qemu: &qemu,
+        args: &args,
+        guest,
+    };
+    let result = run_variant(config, &run_dir, case, &launch, variant, rep, &label);
     let inflation = balloon.map(BalloonTrigger::finish).transpose();
     let _ = fs::remove_dir_all(&run_dir);
     let run = result?;
@@ -368,20 +371,25 @@ fn run_one(
     Ok(EvalRun { balloon, ..run })
 }
 
+/// How QEMU is started for one guest: the binary, its arguments and the guest they describe.
+struct GuestLaunch<'a> {
+    qemu: &'a Path,
+    args: &'a [std::ffi::OsString],
+    guest: &'a GuestConfig,
+}
+
 /// One guest run under `variant` (the kernel's swap, or `memvisor run`), its files in
 /// `run_dir`.
-#[allow(clippy::too_many_arguments)]
 fn run_variant(
     config: &VswapperEvalConfig,
     run_dir: &Path,
     case: &EvalCase,
-    guest: &GuestConfig,
+    launch: &GuestLaunch<'_>,
     variant: EvalVariant,
     rep: usize,
     label: &str,
-    qemu: &Path,
-    args: &[std::ffi::OsString],
 ) -> Result<EvalRun, BenchError> {
+    let GuestLaunch { qemu, args, guest } = *launch;
     let guest_err = |source| BenchError::Guest {
         run: label.to_string(),
         source,
