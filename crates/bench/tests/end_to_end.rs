@@ -16,9 +16,8 @@ const EXE: &str = env!("CARGO_BIN_EXE_pager-vs-kernel");
 /// Drivers must not run at once: each refuses to start while another's swap file is active.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+mod common;
+use common::in_ci;
 
 /// Whether the kernel baseline can run; SKIPPED (or a CI failure) otherwise.
 fn available(swap_dir: &Path) -> bool {

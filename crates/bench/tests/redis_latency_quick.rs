@@ -12,9 +12,8 @@ use serde_json::Value;
 
 const EXE: &str = env!("CARGO_BIN_EXE_redis-latency");
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+mod common;
+use common::in_ci;
 
 /// Builds the memvisor CLI and the preload library next to this test's binaries (same
 /// profile), so the run never uses stale ones.

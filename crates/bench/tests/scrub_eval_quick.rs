@@ -10,34 +10,21 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const EXE: &str = env!("CARGO_BIN_EXE_scrub-eval");
+mod common;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+const EXE: &str = env!("CARGO_BIN_EXE_scrub-eval");
 
 /// Why the evaluation cannot run here, if it cannot.
 fn missing() -> Option<String> {
-    if let Err(e) = memvisor_testvm::qemu_binary() {
-        return Some(e.to_string());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (cgroups, cachestat of the image)".into());
-    }
-    if !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        return Some("no cgroup v1 memory controller".into());
-    }
-    None
+    common::qemu_as_root_missing("cgroups, cachestat of the image").or_else(|| {
+        (!Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists())
+            .then(|| "no cgroup v1 memory controller".into())
+    })
 }
 
 #[test]
 fn quick_evaluation_scrubs_keeps_dirty_pages_and_writes_its_reports() {
-    if let Some(why) = missing() {
-        if in_ci() {
-            panic!("CI=true: scrub-eval cannot run: {why}");
-        }
-        eprintln!("SKIPPED scrub-eval --quick: {why}");
+    if common::skip("scrub-eval --quick", missing()) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -8,31 +8,16 @@
 
 use std::process::Command;
 
+mod common;
+
 const EXE: &str = env!("CARGO_BIN_EXE_vswapper-eval");
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// Why the evaluation cannot run here, if it cannot.
-fn missing() -> Option<String> {
-    if let Err(e) = memvisor_testvm::qemu_binary() {
-        return Some(e.to_string());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (memvisor run of QEMU)".into());
-    }
-    None
-}
 
 #[test]
 fn quick_balloon_case_inflates_and_the_mapper_avoids_writes() {
-    if let Some(why) = missing() {
-        if in_ci() {
-            panic!("CI=true: vswapper-eval cannot run: {why}");
-        }
-        eprintln!("SKIPPED vswapper-eval --quick: {why}");
+    if common::skip(
+        "vswapper-eval --quick",
+        common::qemu_as_root_missing("memvisor run of QEMU"),
+    ) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

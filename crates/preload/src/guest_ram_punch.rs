@@ -13,8 +13,10 @@
 
 use std::cell::Cell;
 
+use memvisor_pager::Region;
+
 thread_local! {
-    /// (region identity, offset, length) of this thread's last punch.
+    /// ([`GuestRamPunch::identity`] of the region, offset, length) of this thread's last punch.
     static LAST: Cell<Option<(usize, usize, usize)>> = const { Cell::new(None) };
 }
 
@@ -23,8 +25,15 @@ thread_local! {
 pub struct GuestRamPunch;
 
 impl GuestRamPunch {
+    /// The identity of `region` for [`record`](Self::record) and
+    /// [`take_covering`](Self::take_covering): its address, the same whether it is reached
+    /// through its memfd or through the program's address.
+    pub fn identity(region: &Region) -> usize {
+        region as *const Region as usize
+    }
+
     /// This thread just punched (discarded) bytes `[offset, offset + len)` of the region whose
-    /// identity (its address in the library) is `region`.
+    /// [`identity`](Self::identity) is `region`.
     pub fn record(region: usize, offset: usize, len: usize) {
         LAST.with(|l| l.set(Some((region, offset, len))));
     }

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libc::c_int;
-use memvisor_pager::{FileKey, ImageFile, Region};
+use memvisor_pager::{FileKey, ImageFile};
 
 use crate::guest_ram_punch::GuestRamPunch;
 use crate::managed_process::{self as mp, ACTIVE, EXCLUSIVE_HOST_CACHE, SWAP_MAPPER};
@@ -463,7 +463,7 @@ pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c
                     libc::EIO
                 })?;
             GuestRamPunch::record(
-                r as *const Region as usize,
+                GuestRamPunch::identity(r),
                 first as usize,
                 (end - first) as usize,
             );

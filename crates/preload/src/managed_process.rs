@@ -735,7 +735,7 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
         .find(|f| f.slot == slot)
         .ok_or(libc::EINVAL)?;
     let start = f.region.as_ptr() as usize;
-    if GuestRamPunch::take_covering(Arc::as_ptr(&f.region) as usize, addr - start, len) {
+    if GuestRamPunch::take_covering(GuestRamPunch::identity(&f.region), addr - start, len) {
         // QEMU's madvise after its own punch of the range: a hole already.
         return Ok(());
     }
