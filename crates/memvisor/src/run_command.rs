@@ -90,7 +90,8 @@ pub struct RunArgs {
     /// DURATION (or a page read is in flight), keep checking for the next one for up to
     /// DURATION before sleeping (0 = off). Cuts the latency of each fault on hosts where waking
     /// a thread is slow, at the cost of handler CPU time while the program faults fast; an
-    /// idle program costs none.
+    /// idle program costs none, and a handler that finds every CPU busy with other threads
+    /// stops polling for a while.
     #[arg(long, value_name = "DURATION", default_value = "200us")]
     busy_poll: String,
     /// Virtual size of the arena large mappings are carved from [default: twice host RAM].

@@ -119,6 +119,9 @@ pub struct RegionStats {
     /// Access samples due but not taken: the region could need no victim soon (it fits its
     /// budget, or holds less than half of it).
     pub samples_skipped: u64,
+    /// Times the handler stopped busy polling for a while because it was taking a CPU that
+    /// other threads were waiting for (see `--busy-poll`).
+    pub busy_poll_backoffs: u64,
     /// Nanoseconds spent taking samples (dropping page-table entries).
     pub sample_nanos: u64,
     /// Median handler service time of a page-in fault (from reading the fault message to the
@@ -191,6 +194,7 @@ pub(crate) struct StatsCounters {
     pub swap_read_nanos: AtomicU64,
     pub samples: AtomicU64,
     pub samples_skipped: AtomicU64,
+    pub busy_poll_backoffs: AtomicU64,
     pub sample_nanos: AtomicU64,
     pub page_in_max_nanos: AtomicU64,
     /// Bucket `i` counts page-in service times in `[2^i, 2^(i+1))` ns (bucket 0 also 0).
@@ -310,6 +314,7 @@ impl StatsCounters {
             swap_read_nanos: g(&self.swap_read_nanos),
             samples: g(&self.samples),
             samples_skipped: g(&self.samples_skipped),
+            busy_poll_backoffs: g(&self.busy_poll_backoffs),
             sample_nanos: g(&self.sample_nanos),
             page_in_p50_nanos: self.page_in_quantile(0.5),
             page_in_p99_nanos: self.page_in_quantile(0.99),

@@ -1264,3 +1264,61 @@ fn a_chunk_just_paged_in_stays_for_its_thread() {
         );
     }
 }
+
+/// A busy-polling handler stops polling while every CPU is busy: a polling handler is then one
+/// more runnable thread, and each fault waits for its turn behind the others' time slices
+/// (`fault_handler/busy_poll.rs`). With a CPU-bound thread on every CPU, a scattered reader's
+/// handler backs off, and every page still reads back right.
+#[test]
+fn busy_polling_backs_off_while_every_cpu_is_busy() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let dir = tempfile::tempdir().unwrap();
+    let size = 4096 * ps;
+    let region = Region::new(
+        config(size, 256 * ps, 16 * ps, dir.path()).busy_poll(Some(Duration::from_micros(200))),
+    )
+    .unwrap();
+    let mut buf = vec![0u8; ps];
+    for p in 0..size / ps {
+        pattern(p as u64, &mut buf);
+        write(&region, p * ps, &buf);
+    }
+    // The fill may already have backed off (its own page-out threads want the CPUs too):
+    // count what the busy threads add.
+    let before = region.stats().busy_poll_backoffs;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cpus)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut rng = Rng::new(7);
+    let (mut got, mut want) = (vec![0u8; ps], vec![0u8; ps]);
+    let t = std::time::Instant::now();
+    let mut reads = 0;
+    while region.stats().busy_poll_backoffs == before && t.elapsed() < Duration::from_secs(20) {
+        let p = rng.below(size / ps);
+        read(&region, p * ps, &mut got);
+        pattern(p as u64, &mut want);
+        assert!(got == want, "page {p} read back wrong");
+        reads += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    let s = region.stats();
+    assert!(
+        s.busy_poll_backoffs > before,
+        "no back-off in {reads} scattered reads beside {cpus} busy threads: {s:?}"
+    );
+}

@@ -18,7 +18,7 @@ use crate::swap_io::SwapIo;
 use crate::userfaultfd::{FaultEvent, FaultKind, PartialError, UffdMsg, Userfaultfd};
 
 use super::access_pattern::AccessPattern;
-use super::busy_poll::BusyPoll;
+use super::busy_poll::{BusyPoll, PollStretch};
 use super::chunk_table::{ChunkState, ChunkTable};
 use super::handler_shared::HandlerShared;
 use super::image_blocks::ImageBlocks;
@@ -106,6 +106,7 @@ impl FaultHandler {
             .sample_interval
             .map(|i| SamplePacer::new(i, Instant::now()));
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
+        let mut stretch = PollStretch::default();
         loop {
             let mut timeout = match pacer.as_mut() {
                 None => -1,
@@ -163,11 +164,16 @@ impl FaultHandler {
                     revents: 0,
                 },
             ];
-            if busy_poll
-                .as_ref()
-                .is_some_and(|b| b.should_spin(Instant::now(), !self.page_reads.is_empty()))
-            {
-                timeout = 0;
+            if let Some(b) = busy_poll.as_mut() {
+                let spin = b.should_spin(Instant::now(), !self.page_reads.is_empty());
+                let backoffs = b.backoffs();
+                // Judges the time spent polling so far; false if the CPUs are contended.
+                if stretch.before_poll(b, spin) {
+                    timeout = 0;
+                }
+                if b.backoffs() > backoffs {
+                    add(&self.stats().busy_poll_backoffs, 1);
+                }
             }
             // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };

@@ -49,6 +49,7 @@ mod region_memory;
 mod remote_pages;
 mod sample_pacer;
 mod swap_mapper;
+mod thread_usage;
 
 use chunk_table::ChunkState;
 pub(crate) use fault_handler_builder::refault_scale;
