@@ -1,8 +1,11 @@
 /*
  * memvisor guest workload: a static program run by the guest's /init (and usable on the host).
  *
- *   workload mem MIB [--patterns seq,rev,random,zipf] [--passes N] [--seed S] [--alpha A]
- *                    [--thp on|off]
+ *   workload mem MIB [--patterns seq,rev,random,zipf] [--passes N] [--seconds S] [--seed S]
+ *                    [--alpha A] [--thp on|off]
+ *                                    --seconds S repeats the passes until S seconds have passed
+ *                                    since the write (the pass in progress finishes; --passes,
+ *                                    if given, still caps them)
  *   workload disk DEV PATTERN (SECONDS | --reads N) [--block B] [--seed S] [--alpha A] [--rate R]
  *                 [--verify]         --rate R paces the reads (R a second, open loop) and adds
  *                                    rate=, p50_us= and p99_us= (latency from when each read
@@ -328,7 +331,8 @@ static bool thp_allow_madvise(void) {
 
 /* Returns 0 ok, 1 corruption, 2 error. */
 static int cmd_mem(int argc, char **argv) {
-    uint64_t mib = 0, passes = 1, seed = 1;
+    uint64_t mib = 0, passes = 1, seed = 1, seconds = 0;
+    bool passes_given = false;
     double alpha = 0.99;
     int thp = -1; /* -1 kernel default, 0 MADV_NOHUGEPAGE, 1 MADV_HUGEPAGE */
     enum pattern order[16];
@@ -359,6 +363,13 @@ static int cmd_mem(int argc, char **argv) {
             if (!(v = option_value(argc, argv, &i))) return 2;
             if (!parse_u64(v, &passes) || passes > 1000) {
                 error_line("mem: --passes must be a number in 0..1000, got '%s'", v);
+                return 2;
+            }
+            passes_given = true;
+        } else if (strcmp(argv[i], "--seconds") == 0) {
+            if (!(v = option_value(argc, argv, &i))) return 2;
+            if (!parse_u64(v, &seconds) || seconds == 0 || seconds > 86400) {
+                error_line("mem: --seconds must be a number in 1..86400, got '%s'", v);
                 return 2;
             }
         } else if (strcmp(argv[i], "--seed") == 0) {
@@ -423,7 +434,10 @@ static int cmd_mem(int argc, char **argv) {
     struct scatter scatter;
     zipf_init(&zipf, pages, alpha);
     scatter_init(&scatter, pages, seed);
-    for (unsigned pass = 1; pass <= passes; pass++) {
+    /* With --seconds the passes repeat until the time is up (capped by --passes if given). */
+    if (seconds && !passes_given) passes = UINT32_MAX;
+    double stop_at = now_ms() + (double)seconds * 1000.0;
+    for (unsigned pass = 1; pass <= passes && (!seconds || now_ms() < stop_at); pass++) {
         for (int o = 0; o < norder; o++) {
             struct mem_tally t = {0, 0};
             struct rng rng = {mix64(seed) ^ ((uint64_t)pass << 32) ^ (uint64_t)o};

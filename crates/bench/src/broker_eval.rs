@@ -56,6 +56,38 @@ impl BrokerVariant {
             Self::Kernel => "kernel (one cgroup)",
         }
     }
+
+    /// Its name on the command line (`--variants`).
+    pub fn flag_name(self) -> &'static str {
+        match self {
+            Self::Unconstrained => "unconstrained",
+            Self::Equal => "equal",
+            Self::Utility => "utility",
+            Self::Kernel => "kernel",
+        }
+    }
+
+    /// A comma-separated list of [`Self::flag_name`]s, in the order given.
+    pub fn parse_list(list: &str) -> Result<Vec<Self>, BenchError> {
+        let mut out = Vec::new();
+        for name in list.split(',').map(str::trim) {
+            let v = Self::ALL
+                .into_iter()
+                .find(|v| v.flag_name() == name)
+                .ok_or_else(|| {
+                    BenchError::bad(
+                        "--variants",
+                        name,
+                        "expected unconstrained, equal, utility or kernel",
+                    )
+                })?;
+            if out.contains(&v) {
+                return Err(BenchError::bad("--variants", name, "given twice"));
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
 }
 
 /// What to run.
@@ -491,4 +523,26 @@ pub fn broker_markdown(runs: &[VariantRun]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_lists_parse_in_order_and_bad_names_name_the_flag() {
+        assert_eq!(
+            BrokerVariant::parse_list("unconstrained,kernel").unwrap(),
+            vec![BrokerVariant::Unconstrained, BrokerVariant::Kernel]
+        );
+        assert_eq!(
+            BrokerVariant::parse_list("utility, equal").unwrap(),
+            vec![BrokerVariant::Utility, BrokerVariant::Equal]
+        );
+        let e = BrokerVariant::parse_list("kernel,swap")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--variants") && e.contains("swap"), "{e}");
+        assert!(BrokerVariant::parse_list("kernel,kernel").is_err());
+    }
 }

@@ -84,7 +84,7 @@ fn slot_means(rs: &[&DensityRun], n: usize) -> Option<Vec<f64>> {
         (0..n)
             .map(|slot| {
                 rs.iter()
-                    .map(|r| r.per_guest.get(slot).map_or(0.0, |g| g.reads_per_s))
+                    .map(|r| r.fleet.per_guest.get(slot).map_or(0.0, |g| g.reads_per_s))
                     .sum::<f64>()
                     / rs.len() as f64
             })
@@ -109,7 +109,7 @@ pub fn density_cells(runs: &[DensityRun], keep: f64) -> Vec<DensityCell> {
             cells.push(DensityCell {
                 worst_p99_us: mine
                     .iter()
-                    .flat_map(|r| r.per_guest.iter().filter_map(|g| g.p99_us))
+                    .flat_map(|r| r.fleet.per_guest.iter().filter_map(|g| g.p99_us))
                     .reduce(f64::max),
                 guests: n,
                 variant,
@@ -278,13 +278,14 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
                 b.guests == r.guests && b.rep == r.rep && b.variant == DensityVariant::Unconstrained
             })
             .map(|b| {
-                b.per_guest.iter().map(|g| g.reads_per_s).sum::<f64>()
-                    / b.per_guest.len().max(1) as f64
+                b.fleet.per_guest.iter().map(|g| g.reads_per_s).sum::<f64>()
+                    / b.fleet.per_guest.len().max(1) as f64
             })
             .unwrap_or(0.0);
         let each = |f: &dyn Fn(usize, &crate::density_eval::GuestResult) -> String| {
             list(
-                &r.per_guest
+                &r.fleet
+                    .per_guest
                     .iter()
                     .enumerate()
                     .map(|(i, g)| f(i, g))
@@ -307,8 +308,8 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
             r.variant.name(),
             r.rep,
             r.position + 1,
-            r.boot_s,
-            r.window_s,
+            r.fleet.boot_s,
+            r.fleet.window_s,
             each(&|_, g| g.page_ins.to_string()),
             if memvisor {
                 each(&|_, g| format!("{}+{}", opt(g.budget_mib), opt(g.image_cache_limit_mib)))
@@ -316,8 +317,8 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
                 "-".into()
             },
             each(&|_, g| format!("{:.0}", g.image_cached_mib)),
-            r.kernel_swap_in_mib,
-            r.kernel_swap_out_mib,
+            r.fleet.kernel_swap_in_mib,
+            r.fleet.kernel_swap_out_mib,
             if memvisor {
                 each(&|_, g| {
                     format!(
@@ -330,13 +331,13 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
             } else {
                 "-".into()
             },
-            r.group.usage_mib,
-            r.group.peak_mib,
-            opt(r.group.limit_mib),
-            r.group.rss_mib / r.guests.max(1) as f64,
-            r.group.shmem_mib,
-            r.group.file_cache_mib,
-            r.broker_changes,
+            r.fleet.group.usage_mib,
+            r.fleet.group.peak_mib,
+            opt(r.fleet.group.limit_mib),
+            r.fleet.group.rss_mib / r.guests.max(1) as f64,
+            r.fleet.group.shmem_mib,
+            r.fleet.group.file_cache_mib,
+            r.fleet.broker_changes,
         );
     }
     s
@@ -361,7 +362,7 @@ pub fn density_json(config: &DensityEvalConfig, runs: &[DensityRun]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::density_eval::{GroupMemory, GuestResult};
+    use crate::guest_fleet::FleetRun;
 
     fn run(guests: usize, variant: DensityVariant, rep: usize, rates: &[f64]) -> DensityRun {
         DensityRun {
@@ -369,33 +370,7 @@ mod tests {
             variant,
             rep,
             position: 0,
-            boot_s: 10.0,
-            window_s: 60.0,
-            per_guest: rates
-                .iter()
-                .enumerate()
-                .map(|(slot, &r)| GuestResult {
-                    slot,
-                    reads_per_s: r,
-                    phases_in_window: 5,
-                    measured_s: 50.0,
-                    reads_total: 1000,
-                    p99_us: None,
-                    errors: 0,
-                    page_ins: 7,
-                    swap_read_mib: None,
-                    swap_written_mib: None,
-                    image_read_mib: None,
-                    budget_mib: None,
-                    image_cache_limit_mib: None,
-                    image_cached_mib: 3.0,
-                })
-                .collect(),
-            kernel_swap_in_mib: 0.0,
-            kernel_swap_out_mib: 0.0,
-            group: GroupMemory::default(),
-            broker_changes: 0,
-            broker_log: Vec::new(),
+            fleet: FleetRun::with_rates(rates),
         }
     }
 
@@ -493,7 +468,7 @@ mod tests {
             [800.0, 40000.0],
             [300.0, 700.0],
         ]) {
-            for (g, p) in r.per_guest.iter_mut().zip(p99) {
+            for (g, p) in r.fleet.per_guest.iter_mut().zip(p99) {
                 g.p99_us = Some(p);
             }
         }

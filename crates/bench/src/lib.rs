@@ -41,6 +41,8 @@
 pub mod balloon_trigger;
 pub mod bench_error;
 pub mod broker_eval;
+pub mod broker_eval_guests;
+pub mod broker_eval_guests_report;
 pub mod broker_eval_worker;
 pub mod byte_size;
 pub mod churn_progress;
@@ -50,6 +52,7 @@ pub mod density_eval_config;
 pub mod density_eval_report;
 pub mod dirty_probe;
 pub mod driver;
+pub mod guest_fleet;
 pub mod host_cache_plot;
 pub mod host_policy;
 pub mod host_sample;

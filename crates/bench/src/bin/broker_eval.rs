@@ -1,38 +1,69 @@
-//! `broker-eval`: four processes with different access patterns under one memory total,
-//! divided by `memvisor broker` (utility, defaults), by an equal split, and by the kernel
-//! (issue 12). Parsing and error reporting only; see `memvisor_bench::broker_eval`.
+//! `broker-eval`: four processes (or, with `--guests`, four TCG guests) with different access
+//! patterns under one memory total, divided by `memvisor broker` (utility, defaults), by an
+//! equal split, and by the kernel (issue 12). Parsing and error reporting only; see
+//! `memvisor_bench::broker_eval` and `memvisor_bench::broker_eval_guests`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use memvisor_bench::broker_eval::{broker_eval, broker_markdown, BrokerEvalConfig};
+use memvisor_bench::broker_eval::{broker_eval, broker_markdown, BrokerEvalConfig, BrokerVariant};
+use memvisor_bench::broker_eval_guests::{guest_broker_eval, GuestBrokerEvalConfig};
+use memvisor_bench::broker_eval_guests_report::guest_broker_markdown;
 use memvisor_bench::broker_eval_worker::{run_worker, WorkerKind};
 use memvisor_bench::managed_process::memvisor_next_to;
 use memvisor_bench::results_file::{create_results_dir, write_results_pair};
 use memvisor_bench::{interrupt, BenchError};
 use memvisor_control::ByteSize;
+use memvisor_testvm::GuestImage;
 
 #[derive(Parser)]
 #[command(
     name = "broker-eval",
-    about = "Four processes (stream, zipf, a loop, idle) under one memory total: memvisor broker (utility), an equal split, the kernel"
+    about = "Four processes (stream, zipf, a loop, idle), or four TCG guests (--guests: stream, zipf, disk, idle), under one memory total: memvisor broker (utility), an equal split, the kernel"
 )]
 struct Cli {
     #[command(subcommand)]
     worker: Option<Worker>,
-    /// 45 s runs with 15 s of warm-up instead of 90 and 30 (the smoke test).
+    /// 45 s runs with 15 s of warm-up instead of 90 and 30 (the smoke test; processes only).
     #[arg(long)]
     quick: bool,
     /// Repetitions (the variant order rotates).
     #[arg(long, default_value_t = 2)]
     reps: usize,
-    /// The memory total.
-    #[arg(long, default_value = "640M")]
-    total: String,
-    /// Each worker's memory, MiB.
+    /// The memory total [default: 640M; with --guests 512M].
+    #[arg(long)]
+    total: Option<String>,
+    /// Each worker's memory, MiB (processes).
     #[arg(long, default_value_t = 384)]
     worker_mib: u64,
+    /// Four real TCG guests instead of processes: stream, zipf, a disk read again and again,
+    /// idle.
+    #[arg(long)]
+    guests: bool,
+    /// --guests: each guest's RAM, MiB.
+    #[arg(long, default_value_t = 256)]
+    guest_mib: u64,
+    /// --guests: the memory of the stream and zipf guests' workloads, MiB.
+    #[arg(long, default_value_t = 160)]
+    mem_mib: u64,
+    /// --guests: each guest's disk image, MiB (the disk guest reads all of it, repeatedly).
+    #[arg(long, default_value_t = 160)]
+    disk_mib: u64,
+    /// --guests: how long each workload runs, seconds.
+    #[arg(long, default_value_t = 110)]
+    seconds: u64,
+    /// --guests: seconds from the last guest's start to the window (the broker settles).
+    #[arg(long, default_value_t = 40.0)]
+    warmup: f64,
+    /// --guests: the kernel's group gets this per QEMU on top of the total (QEMU's own
+    /// memory, outside memvisor's budgets).
+    #[arg(long, default_value = "96M")]
+    qemu_allowance: String,
+    /// --guests: the variants to run (comma-separated: unconstrained, equal, utility, kernel);
+    /// ratios need unconstrained among them.
+    #[arg(long, default_value = "unconstrained,equal,utility,kernel")]
+    variants: String,
     /// Where the run's private directory (swap files, sockets) goes.
     #[arg(long, default_value = "target/broker-eval")]
     work_dir: PathBuf,
@@ -63,16 +94,11 @@ fn run(cli: Cli) -> Result<(), BenchError> {
     }
     interrupt::install();
     let exe = std::env::current_exe().map_err(|e| BenchError::io("locate", "/proc/self/exe", e))?;
-    let total = match ByteSize::parse(&cli.total) {
-        Ok(ByteSize::Bytes(b)) => b,
-        _ => {
-            return Err(BenchError::BadArgument {
-                what: "--total",
-                value: cli.total.clone(),
-                reason: "expected a size such as 640M".into(),
-            })
-        }
-    };
+    let default_total = if cli.guests { "512M" } else { "640M" };
+    let total = size("--total", cli.total.as_deref().unwrap_or(default_total))?;
+    if cli.guests {
+        return run_guests(&cli, memvisor_next_to(&exe), total);
+    }
     let (seconds, warmup) = if cli.quick {
         (45.0, 15.0)
     } else {
@@ -117,6 +143,66 @@ fn run(cli: Cli) -> Result<(), BenchError> {
         );
     })?;
     let md = broker_markdown(&runs);
+    print!("{md}");
+    create_results_dir(&cli.out_dir)?;
+    let json = serde_json::to_string_pretty(&runs).unwrap_or_default();
+    write_results_pair(&cli.out_dir, &md, &json)?;
+    Ok(())
+}
+
+/// A size flag's value in bytes.
+fn size(what: &'static str, value: &str) -> Result<u64, BenchError> {
+    match ByteSize::parse(value) {
+        Ok(ByteSize::Bytes(b)) => Ok(b),
+        _ => Err(BenchError::bad(what, value, "expected a size such as 640M")),
+    }
+}
+
+/// `--guests`: the four TCG guests.
+fn run_guests(cli: &Cli, memvisor: PathBuf, total: u64) -> Result<(), BenchError> {
+    let config = GuestBrokerEvalConfig {
+        memvisor,
+        work_dir: cli.work_dir.clone(),
+        guest_mib: cli.guest_mib,
+        mem_mib: cli.mem_mib,
+        disk_mib: cli.disk_mib,
+        total,
+        qemu_allowance: size("--qemu-allowance", &cli.qemu_allowance)?,
+        seconds: cli.seconds,
+        warmup_secs: cli.warmup,
+        reps: cli.reps,
+        variants: BrokerVariant::parse_list(&cli.variants)?,
+        allow_other_swap: cli.allow_other_swap,
+    };
+    config.validate()?;
+    let image = GuestImage::locate_or_build().map_err(|source| BenchError::Guest {
+        run: "guest image".into(),
+        source,
+    })?;
+    let runs = guest_broker_eval(&config, &image, |r| {
+        let cells: Vec<String> = r
+            .fleet
+            .per_guest
+            .iter()
+            .map(|g| {
+                format!(
+                    "{:.0}/s in={} budget={}",
+                    g.reads_per_s,
+                    g.page_ins,
+                    g.budget_mib.map_or("-".into(), |b| format!("{b:.0}M"))
+                )
+            })
+            .collect();
+        eprintln!(
+            "broker-eval: {} rep {}: window {:.0} s, broker changes {}: {}",
+            r.variant.name(),
+            r.rep,
+            r.fleet.window_s,
+            r.fleet.broker_changes,
+            cells.join("; ")
+        );
+    })?;
+    let md = guest_broker_markdown(&config, &runs);
     print!("{md}");
     create_results_dir(&cli.out_dir)?;
     let json = serde_json::to_string_pretty(&runs).unwrap_or_default();

@@ -172,6 +172,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
     let runs = density_eval(&config, &image, |runs| {
         if let Some(r) = runs.last() {
             let cells: Vec<String> = r
+                .fleet
                 .per_guest
                 .iter()
                 .map(|g| {
@@ -185,12 +186,12 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
                 r.guests,
                 r.variant.name(),
                 r.rep,
-                r.boot_s,
-                r.window_s,
-                r.kernel_swap_in_mib,
-                r.kernel_swap_out_mib,
-                r.group.peak_mib,
-                r.broker_changes,
+                r.fleet.boot_s,
+                r.fleet.window_s,
+                r.fleet.kernel_swap_in_mib,
+                r.fleet.kernel_swap_out_mib,
+                r.fleet.group.peak_mib,
+                r.fleet.broker_changes,
                 cells.join("; ")
             );
         }
