@@ -107,7 +107,9 @@ impl GuestBrokerEvalConfig {
             GuestRole::Stream => format!("mem {mem} --patterns seq --seconds {secs}"),
             GuestRole::Zipf => format!("mem {mem} --patterns zipf --alpha 0.99 --seconds {secs}"),
             GuestRole::Disk => {
-                let phases = (secs / DISK_PHASE_SECS).max(1);
+                // At least the whole run: the window's counters are read shortly before
+                // `seconds` after the first start, while every guest must still run.
+                let phases = secs.div_ceil(DISK_PHASE_SECS).max(1);
                 vec![format!("disk /dev/vda seq {DISK_PHASE_SECS} --verify"); phases as usize]
                     .join("; ")
             }
@@ -299,6 +301,13 @@ mod tests {
         );
         let disk = c.workload(GuestRole::Disk);
         assert_eq!(disk.matches("disk /dev/vda seq 5 --verify").count(), 20);
+        // Never shorter than the run.
+        let short = GuestBrokerEvalConfig {
+            seconds: 24,
+            ..config()
+        };
+        let disk = short.workload(GuestRole::Disk);
+        assert_eq!(disk.matches("disk /dev/vda seq 5 --verify").count(), 5);
         assert_eq!(c.workload(GuestRole::Idle), "idle 100");
         assert!(!GuestRole::Idle.measured() && GuestRole::Disk.measured());
     }
