@@ -26,7 +26,7 @@ struct Cli {
     #[command(subcommand)]
     worker: Option<Worker>,
     /// 45 s runs with 15 s of warm-up instead of 90 and 30 (the smoke test; processes only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "guests")]
     quick: bool,
     /// Repetitions (the variant order rotates).
     #[arg(long, default_value_t = 2)]
@@ -35,34 +35,38 @@ struct Cli {
     #[arg(long)]
     total: Option<String>,
     /// Each worker's memory, MiB (processes).
-    #[arg(long, default_value_t = 384)]
+    #[arg(long, default_value_t = 384, conflicts_with = "guests")]
     worker_mib: u64,
     /// Four real TCG guests instead of processes: stream, zipf, a disk read again and again,
     /// idle.
     #[arg(long)]
     guests: bool,
     /// --guests: each guest's RAM, MiB.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, requires = "guests")]
     guest_mib: u64,
     /// --guests: the memory of the stream and zipf guests' workloads, MiB.
-    #[arg(long, default_value_t = 160)]
+    #[arg(long, default_value_t = 160, requires = "guests")]
     mem_mib: u64,
     /// --guests: each guest's disk image, MiB (the disk guest reads all of it, repeatedly).
-    #[arg(long, default_value_t = 160)]
+    #[arg(long, default_value_t = 160, requires = "guests")]
     disk_mib: u64,
     /// --guests: how long each workload runs, seconds.
-    #[arg(long, default_value_t = 110)]
+    #[arg(long, default_value_t = 110, requires = "guests")]
     seconds: u64,
     /// --guests: seconds from the last guest's start to the window (the broker settles).
-    #[arg(long, default_value_t = 40.0)]
+    #[arg(long, default_value_t = 40.0, requires = "guests")]
     warmup: f64,
     /// --guests: the kernel's group gets this per QEMU on top of the total (QEMU's own
     /// memory, outside memvisor's budgets).
-    #[arg(long, default_value = "96M")]
+    #[arg(long, default_value = "96M", requires = "guests")]
     qemu_allowance: String,
     /// --guests: the variants to run (comma-separated: unconstrained, equal, utility, kernel);
     /// ratios need unconstrained among them.
-    #[arg(long, default_value = "unconstrained,equal,utility,kernel")]
+    #[arg(
+        long,
+        default_value = "unconstrained,equal,utility,kernel",
+        requires = "guests"
+    )]
     variants: String,
     /// Where the run's private directory (swap files, sockets) goes.
     #[arg(long, default_value = "target/broker-eval")]
@@ -217,5 +221,24 @@ fn main() -> ExitCode {
             eprintln!("broker-eval: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_of_the_other_mode_are_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["broker-eval"], args].concat());
+        assert!(parse(&[]).is_ok());
+        assert!(parse(&["--guests"]).is_ok());
+        assert!(parse(&["--guests", "--seconds", "30", "--variants", "kernel"]).is_ok());
+        assert!(parse(&["--quick", "--worker-mib", "256"]).is_ok());
+        // Processes only with --guests, guests only without it: an error, not ignored.
+        assert!(parse(&["--guests", "--quick"]).is_err());
+        assert!(parse(&["--guests", "--worker-mib", "256"]).is_err());
+        assert!(parse(&["--seconds", "30"]).is_err());
+        assert!(parse(&["--variants", "kernel"]).is_err());
     }
 }
