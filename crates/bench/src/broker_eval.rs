@@ -8,7 +8,7 @@
 //! unconstrained one (the weighted speedup utility-based partitioning is judged by).
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use crate::kernel_swap::KernelSwapFile;
 use crate::live_guest::LiveGuest;
 use crate::managed_process::status_of;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
-use crate::results_file::create_results_dir;
+use crate::private_dir::{private_dir, run_dir};
 
 /// How the total is divided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -198,12 +198,7 @@ pub fn broker_eval(
     config: &BrokerEvalConfig,
     mut progress: impl FnMut(&VariantRun),
 ) -> Result<Vec<VariantRun>, BenchError> {
-    create_results_dir(&config.work_dir)?;
-    let private = tempfile::Builder::new()
-        .prefix("broker-eval-")
-        .permissions(fs::Permissions::from_mode(0o700))
-        .tempdir_in(&config.work_dir)
-        .map_err(|e| BenchError::io("create a private directory in", &config.work_dir, e))?;
+    let private = private_dir(&config.work_dir, "broker-eval-")?;
     let swap_bytes = config.worker_mib * config.workers.len() as u64 * (1 << 20);
     let kernel_swap = KernelSwapFile::create(private.path(), swap_bytes, config.allow_other_swap)?;
     let mut out = Vec::new();
@@ -213,8 +208,7 @@ pub fn broker_eval(
         for i in 0..n {
             let variant = BrokerVariant::ALL[(i + rep) % n];
             seq += 1;
-            let dir = private.path().join(format!("run-{seq}"));
-            fs::create_dir(&dir).map_err(|e| BenchError::io("create", &dir, e))?;
+            let dir = run_dir(private.path(), seq as u64)?;
             let run = run_one(config, &dir, variant, rep, seq);
             let _ = fs::remove_dir_all(&dir);
             let run = run?;

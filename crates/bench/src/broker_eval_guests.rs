@@ -21,11 +21,11 @@ use serde::Serialize;
 use crate::bench_error::BenchError;
 use crate::broker_eval::BrokerVariant;
 use crate::guest_fleet::{
-    make_disk, private_dir, run_dir, run_fleet, FleetBroker, FleetGuest, FleetMemory, FleetRun,
-    FleetSpec,
+    make_disk, run_fleet, FleetBroker, FleetGuest, FleetMemory, FleetRun, FleetSpec,
 };
 use crate::interrupt;
 use crate::memory_cgroup::MemoryCgroup;
+use crate::private_dir::{private_dir, run_dir};
 
 const MIB: u64 = 1 << 20;
 

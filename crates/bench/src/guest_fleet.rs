@@ -17,7 +17,7 @@
 
 use std::fs::{self, File};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -38,7 +38,6 @@ use crate::kernel_swap::KernelSwapFile;
 use crate::live_guest::{ConsoleLine, LiveGuest};
 use crate::managed_process::status_of;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
-use crate::results_file::create_results_dir;
 
 const MIB: u64 = 1 << 20;
 const MIBF: f64 = MIB as f64;
@@ -278,27 +277,6 @@ pub fn rate_in_window(
         0.0
     };
     (rate, n, ms / 1000.0)
-}
-
-/// A private (0700) directory for a benchmark's disk images, swap files and sockets inside
-/// `work_dir` (which may be a shared one such as /var/tmp), removed when dropped.
-pub fn private_dir(work_dir: &Path, prefix: &str) -> Result<tempfile::TempDir, BenchError> {
-    create_results_dir(work_dir)?;
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .permissions(fs::Permissions::from_mode(0o700))
-        .tempdir_in(work_dir)
-        .map_err(|e| BenchError::io("create a private directory in", work_dir, e))
-}
-
-/// A new 0700 directory `run-SEQ` inside `private`, for one run.
-pub fn run_dir(private: &Path, seq: u64) -> Result<PathBuf, BenchError> {
-    let dir = private.join(format!("run-{seq}"));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| BenchError::io("create", &dir, e))?;
-    Ok(dir)
 }
 
 /// Writes a raw disk image of `mib` MiB whose every 4 KiB block is verifiable (the guest

@@ -75,6 +75,7 @@ pub mod paced_get_load;
 pub mod page_pattern;
 pub mod policy_driver;
 pub mod preflight;
+pub mod private_dir;
 pub mod redis_experiment;
 pub mod redis_report;
 pub mod redis_values;
