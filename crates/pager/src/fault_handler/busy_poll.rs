@@ -78,18 +78,28 @@ impl BusyPoll {
     /// Judges a stretch of `wall` time the loop spent without sleeping, ending at `now`, in
     /// which it ran for `cpu` and was switched out involuntarily `involuntary` times: ran less
     /// than half of it and preempted means another thread wanted the CPU, so polling backs
-    /// off. Stretches shorter than [`MIN_STRETCH`] are ignored.
-    pub fn on_stretch(&mut self, now: Instant, wall: Duration, cpu: Duration, involuntary: u64) {
+    /// off. Stretches shorter than [`MIN_STRETCH`] are ignored. Returns whether a back-off
+    /// began.
+    pub fn on_stretch(
+        &mut self,
+        now: Instant,
+        wall: Duration,
+        cpu: Duration,
+        involuntary: u64,
+    ) -> bool {
         if wall < MIN_STRETCH {
-            return;
+            return false;
         }
         if involuntary > 0 && cpu * 2 < wall {
             self.backoff_until = Some(now + self.next_backoff);
             self.next_backoff = (self.next_backoff * 2).min(MAX_BACKOFF);
             self.backoffs += 1;
-        } else if self.backoff_until.is_none_or(|t| now >= t) {
+            return true;
+        }
+        if self.backoff_until.is_none_or(|t| now >= t) {
             self.next_backoff = FIRST_BACKOFF;
         }
+        false
     }
 
     /// Back-offs for contention so far.
@@ -144,29 +154,27 @@ pub(crate) struct PollStretch {
 }
 
 impl PollStretch {
-    /// Called by the handler thread before each `poll`; `spinning`: this poll would not
-    /// sleep. A stretch starts with the first poll that does not sleep and is judged when the
-    /// loop is about to sleep, or every [`MAX_STRETCH`] while it keeps polling. Returns
+    /// Called by the handler thread before each `poll` at `now`; `spinning`: this poll would
+    /// not sleep. A stretch starts with the first poll that does not sleep and is judged when
+    /// the loop is about to sleep, or every [`MAX_STRETCH`] while it keeps polling. Returns
     /// whether this poll may still skip sleeping (false once a back-off has just begun).
-    pub fn before_poll(&mut self, busy: &mut BusyPoll, spinning: bool) -> bool {
-        let now = Instant::now();
+    pub fn before_poll(&mut self, busy: &mut BusyPoll, now: Instant, spinning: bool) -> bool {
         match self.start {
             None if spinning => self.start = ThreadUsage::now().map(|u| (now, u)),
             Some((began, then))
                 if !spinning || now.saturating_duration_since(began) >= MAX_STRETCH =>
             {
-                let before = busy.backoffs();
                 let usage = ThreadUsage::now();
-                if let Some(u) = usage {
+                let backed_off = usage.is_some_and(|u| {
                     busy.on_stretch(
                         now,
                         now.saturating_duration_since(began),
                         u.cpu.saturating_sub(then.cpu),
                         u.involuntary_switches
                             .saturating_sub(then.involuntary_switches),
-                    );
-                }
-                if busy.backoffs() > before {
+                    )
+                });
+                if backed_off {
                     self.start = None;
                     return false;
                 }

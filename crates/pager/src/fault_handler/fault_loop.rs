@@ -165,10 +165,11 @@ impl FaultHandler {
                 },
             ];
             if let Some(b) = busy_poll.as_mut() {
-                let spin = b.should_spin(Instant::now(), !self.page_reads.is_empty());
+                let now = Instant::now();
+                let spin = b.should_spin(now, !self.page_reads.is_empty());
                 let backoffs = b.backoffs();
                 // Judges the time spent polling so far; false if the CPUs are contended.
-                if stretch.before_poll(b, spin) {
+                if stretch.before_poll(b, now, spin) {
                     timeout = 0;
                 }
                 if b.backoffs() > backoffs {
