@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{pattern, read, supported, wait_for_samples, write, Rng};
+use common::{pattern, read, stress_seed, supported, wait_for_samples, write, Rng};
 use std::time::Duration;
 
 use memvisor_pager::{
@@ -247,7 +247,7 @@ impl Stress {
                     .into_iter()
                     .filter(|p| !p.is_offline())
                     .collect();
-                let mut rng = Rng::new(99);
+                let mut rng = Rng::new(99 + stress_seed());
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     region.set_budget((1 + rng.below(4)) * chunk).unwrap();
                     region
@@ -269,7 +269,8 @@ impl Stress {
                 let shadow = shadow.clone();
                 let policy = policy.to_string();
                 std::thread::spawn(move || {
-                    let mut rng = Rng::new(t + 1);
+                    let seed = stress_seed();
+                    let mut rng = Rng::new(t + 1 + (seed << 8));
                     let mut buf = vec![0u8; ps];
                     for i in 0..ops_per_thread() {
                         // Mostly a hot set of 3 chunks, sometimes anywhere.
@@ -308,8 +309,8 @@ impl Stress {
                             read(&region, p * ps + off, &mut buf[..len]);
                             assert!(
                                 buf[..len] == page[off..off + len],
-                                "thread {t} op {i}: page {p} offset {off} differs ({policy} \
-                                 {mode:?} {page_out}): {:?} vs {:?}",
+                                "thread {t} op {i} (seed {seed}): page {p} offset {off} differs \
+                                 ({policy} {mode:?} {page_out}): {:?} vs {:?}",
                                 &buf[..len.min(8)],
                                 &page[off..off + len.min(8)]
                             );
@@ -335,7 +336,8 @@ impl Stress {
             read(&region, p * ps, &mut buf[..page.len()]);
             assert!(
                 buf[..page.len()] == page[..],
-                "final check: page {p} differs"
+                "final check (seed {}): page {p} differs",
+                stress_seed()
             );
         }
         let s = region.stats();

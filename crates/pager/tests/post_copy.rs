@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{pattern, read, supported, write, Rng};
+use common::{pattern, read, stress_seed, supported, write, Rng};
 use memvisor_pager::{page_size, Region, RegionConfig, ResolveMode};
 
 const MODES: [ResolveMode; 2] = [ResolveMode::Copy, ResolveMode::AliasContinue];
@@ -157,6 +157,7 @@ fn random_post_copy_against_a_shadow_model() {
     let ps = page_size();
     for mode in MODES {
         for seed in 1..=3u64 {
+            let seed = seed + (stress_seed() << 8);
             let dir = tempfile::tempdir().unwrap();
             let chunks = 24;
             let pages = chunks * PAGES_PER_CHUNK;

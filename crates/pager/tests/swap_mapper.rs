@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use common::{kernel_reads, pattern, read, supported, write, Rng};
+use common::{kernel_reads, pattern, read, stress_seed, supported, write, Rng};
 use memvisor_pager::{page_size, ImageFile, Region, RegionConfig, ResolveMode};
 
 const MODES: [ResolveMode; 2] = [ResolveMode::Copy, ResolveMode::AliasContinue];
@@ -338,6 +338,7 @@ fn randomized_image_reads_writes_and_evictions_match_a_shadow() {
     }
     let ps = page_size();
     for (seed, mode) in [(11, ResolveMode::Copy), (12, ResolveMode::AliasContinue)] {
+        let seed = seed + (stress_seed() << 8);
         let dir = tempfile::tempdir().unwrap();
         let mut img = TestImage::new(40, seed);
         let len = 12 * 4 * ps;

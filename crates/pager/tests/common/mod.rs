@@ -17,6 +17,15 @@ pub fn supported() -> bool {
     }
 }
 
+/// Added to every seed of the randomized tests (`MEMVISOR_PAGER_STRESS_SEED`; 0 by default), so
+/// that a long soak can run other sequences of operations than CI's. A failure names it.
+pub fn stress_seed() -> u64 {
+    std::env::var("MEMVISOR_PAGER_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A small xorshift generator (deterministic per seed).
 pub struct Rng(u64);
 
