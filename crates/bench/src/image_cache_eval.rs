@@ -8,7 +8,6 @@
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -20,6 +19,7 @@ use crate::bench_error::BenchError;
 use crate::image_cache_worker::{drop_cached, write_image, ImageWorkload};
 use crate::interrupt;
 use crate::memory_cgroup::{group_name, MemoryCgroup};
+use crate::private_dir::{private_dir, run_dir};
 
 /// Where the host cache's size comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,19 +102,17 @@ pub fn image_cache_eval(
     {
         MemoryCgroup::check_available()?;
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&config.work_dir)
-        .map_err(|e| BenchError::io("create", &config.work_dir, e))?;
-    let image = config.work_dir.join("disk.img");
+    // The work directory may be shared (/var/tmp): the image, swap files and sockets go in
+    // a private directory of this run's own.
+    let private = private_dir(&config.work_dir, "image-cache-eval-")?;
+    let image = private.path().join("disk.img");
     write_image(&image, config.image_bytes)?;
     let mut runs = Vec::new();
     let n = config.variants.len();
     for rep in 0..config.reps {
         for k in 0..n {
             let variant = config.variants[(k + rep) % n];
-            let run = run_one(config, &image, variant, rep, rep * n + k)?;
+            let run = run_one(config, private.path(), &image, variant, rep, rep * n + k)?;
             progress(&run);
             runs.push(run);
         }
@@ -125,6 +123,7 @@ pub fn image_cache_eval(
 
 fn run_one(
     config: &ImageCacheEvalConfig,
+    private: &Path,
     image: &Path,
     variant: CacheVariant,
     rep: usize,
@@ -132,11 +131,7 @@ fn run_one(
 ) -> Result<ImageCacheRun, BenchError> {
     drop_cached(image)?;
     let w = &config.workload;
-    let ctl = config.work_dir.join(format!("ctl-{seq}"));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&ctl)
-        .map_err(|e| BenchError::io("create", &ctl, e))?;
+    let ctl = run_dir(private, seq as u64)?;
     let worker_args: Vec<String> = vec![
         "worker".into(),
         image.display().to_string(),
@@ -179,7 +174,7 @@ fn run_one(
                 c.arg("--image-cache").arg(cache.to_string());
             }
             c.arg("--swap-dir")
-                .arg(&config.work_dir)
+                .arg(private)
                 .arg("--")
                 .arg(&config.exe)
                 .args(&worker_args);

@@ -17,6 +17,11 @@ pub const PREFIX: &str = "memvisor-kbench";
 #[derive(Debug)]
 pub struct KernelSwapFile {
     path: PathBuf,
+    /// The file as created: `mkswap`, `swapon` and `swapoff` reach it through this descriptor
+    /// (`/proc/PID/fd/N`), not through its name in a directory others may write (where the name
+    /// could be swapped for a symbolic link to a disk between creation and use). `None` for a
+    /// stale swap file of a dead run, known only by name.
+    file: Option<fs::File>,
     active: bool,
 }
 
@@ -34,16 +39,24 @@ impl KernelSwapFile {
             )));
         }
         let path = dir.join(format!("{PREFIX}-{}.swap", std::process::id()));
+        let file = allocate_exclusive(&path, bytes)?;
         let mut swap = Self {
             path,
+            file: Some(file),
             active: false,
         };
-        let p = swap.path.display().to_string();
-        allocate_exclusive(&swap.path, bytes)?;
-        run("mkswap", &[&p])?;
-        run("swapon", &[&p])?;
+        let by_fd = swap.by_descriptor().unwrap_or_default();
+        run("mkswap", &[&by_fd])?;
+        swap_call(true, &by_fd)?;
         swap.active = true;
         Ok(swap)
+    }
+
+    /// `/proc/PID/fd/N` of the file created, if this process created it.
+    fn by_descriptor(&self) -> Option<String> {
+        self.file
+            .as_ref()
+            .map(|f| format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()))
     }
 
     /// The swap file.
@@ -56,7 +69,11 @@ impl Drop for KernelSwapFile {
     fn drop(&mut self) {
         let p = self.path.display().to_string();
         if self.active {
-            if let Err(e) = run("swapoff", &[&p]) {
+            let off = match self.by_descriptor() {
+                Some(by_fd) => swap_call(false, &by_fd),
+                None => run("swapoff", &[&p]),
+            };
+            if let Err(e) = off {
                 eprintln!("warning: {e}");
             }
         }
@@ -70,7 +87,7 @@ impl Drop for KernelSwapFile {
 
 /// Creates `path` as a new file of `bytes` allocated (not sparse) bytes, mode 0600; fails if
 /// anything, even a symbolic link, already has that name (the swap directory may be shared).
-fn allocate_exclusive(path: &Path, bytes: u64) -> Result<(), BenchError> {
+fn allocate_exclusive(path: &Path, bytes: u64) -> Result<fs::File, BenchError> {
     let file = fs::File::options()
         .write(true)
         .create_new(true)
@@ -90,6 +107,29 @@ fn allocate_exclusive(path: &Path, bytes: u64) -> Result<(), BenchError> {
         let e = std::io::Error::last_os_error();
         let _ = fs::remove_file(path);
         return Err(BenchError::io("allocate swap file", path, e));
+    }
+    Ok(file)
+}
+
+/// `swapon(2)` (`on`) or `swapoff(2)` of `path` (a `/proc/PID/fd/N` link of this process's own
+/// file: the kernel opens what the descriptor refers to).
+fn swap_call(on: bool, path: &str) -> Result<(), BenchError> {
+    let call = if on { "swapon" } else { "swapoff" };
+    let failed = |detail: String| BenchError::Command {
+        command: format!("{call}({path})"),
+        detail,
+    };
+    let c = std::ffi::CString::new(path).map_err(|e| failed(e.to_string()))?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; no other pointer is passed.
+    let r = unsafe {
+        if on {
+            libc::swapon(c.as_ptr(), 0)
+        } else {
+            libc::swapoff(c.as_ptr())
+        }
+    };
+    if r != 0 {
+        return Err(failed(std::io::Error::last_os_error().to_string()));
     }
     Ok(())
 }
@@ -136,6 +176,7 @@ fn remove_stale_swaps() {
                 eprintln!("removing swap file {s} left by a dead run (pid {pid})");
                 drop(KernelSwapFile {
                     path: s.into(),
+                    file: None,
                     active: true,
                 });
             }

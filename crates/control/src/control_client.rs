@@ -3,19 +3,21 @@
 
 use std::fs;
 use std::io::{BufReader, ErrorKind, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::control_error::ControlError;
 use crate::deadline_stream::DeadlineStream;
+use crate::peer_credentials::PeerCredentials;
 use crate::process_state::ProcessState;
 use crate::process_status::ProcessStatus;
 use crate::protocol::{
     decode_response, encode_request, read_line_limited, Request, Response, MAX_RESPONSE_BYTES,
 };
 use crate::socket_dir::socket_path;
+use crate::unix_connect::connect_within;
 
 /// How long to wait for the answer to a `status` request.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -39,6 +41,10 @@ impl ControlClient {
             move |source| ControlError::Io { op, path, source }
         };
         match fs::symlink_metadata(&path) {
+            // Not a symlink to another process's socket, nor anything else but a socket.
+            Ok(m) if !m.file_type().is_socket() => {
+                return Err(ControlError::NotASocket { pid, path })
+            }
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(ControlError::NoSuchProcess { pid, path })
@@ -55,8 +61,16 @@ impl ControlClient {
         if ProcessState::of(pid) == ProcessState::Stopped {
             return Err(ControlError::Stopped { pid, action: "" });
         }
-        let stream = match UnixStream::connect(&path) {
+        // Bounded: a listener that never accepts (its backlog full) must not hang the caller.
+        let stream = match connect_within(&path, STATUS_TIMEOUT) {
             Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
+                return Err(ControlError::TimedOut {
+                    pid,
+                    secs: STATUS_TIMEOUT.as_secs(),
+                    note: " to accept the connection (its socket's backlog stayed full)",
+                })
+            }
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
                 return Err(ControlError::PermissionDenied { pid, path })
             }
@@ -71,6 +85,17 @@ impl ControlClient {
             }
             Err(e) => return Err(io("connect to", &path)(e)),
         };
+        // The file name says whose socket it is; the kernel says who serves it. Only the
+        // managed process itself serves its socket: anything else (another user's server under
+        // a borrowed pid) is not believed, nor sent a request.
+        let server = PeerCredentials::of(&stream).map_err(io("read the peer of", &path))?;
+        if u32::try_from(server.pid).ok() != Some(pid) {
+            return Err(ControlError::WrongServer {
+                pid,
+                path,
+                server: server.pid,
+            });
+        }
         Ok(Self {
             pid,
             stream: BufReader::new(DeadlineStream::new(stream, STATUS_TIMEOUT)),

@@ -78,6 +78,28 @@ pub enum ControlError {
         path: PathBuf,
     },
 
+    /// A process's socket path holds something else than a socket (a symlink, a file).
+    #[error(
+        "{path} is not a socket (a symlink or another kind of file): not used for process {pid}"
+    )]
+    NotASocket {
+        /// Process id asked for.
+        pid: u32,
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A process's socket is served by another process.
+    #[error("{path} is served by process {server}, not by process {pid}: refused")]
+    WrongServer {
+        /// Process id asked for.
+        pid: u32,
+        /// The socket.
+        path: PathBuf,
+        /// The process the kernel says listens on it.
+        server: i32,
+    },
+
     /// A socket is left by a process that is gone.
     #[error("process {pid} is not running (stale socket {path} {outcome})")]
     StaleSocket {

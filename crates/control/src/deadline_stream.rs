@@ -33,6 +33,16 @@ impl TimeoutSocket for TcpStream {
     }
 }
 
+/// A borrowed socket (a handshake bounded in time on a socket that outlives it).
+impl<T: TimeoutSocket + ?Sized> TimeoutSocket for &T {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_read_timeout(timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_write_timeout(timeout)
+    }
+}
+
 /// A socket every read and write of which must finish before one deadline.
 #[derive(Debug)]
 pub struct DeadlineStream<S> {

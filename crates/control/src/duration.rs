@@ -3,8 +3,12 @@
 
 use std::time::Duration;
 
-/// Parses `500ms`, `1s`, `2.5s`, `100us` (a positive, finite amount with its unit) or `off` /
-/// `none` (`Ok(None)`). The error says what was expected.
+/// The longest duration accepted: a year. No setting of memvisor's means more, and a time
+/// this far ahead can be added to any clock reading without overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses `500ms`, `1s`, `2.5s`, `100us` (a positive, finite amount with its unit, at most
+/// [`MAX_DURATION`]) or `off` / `none` (`Ok(None)`). The error says what was expected.
 pub fn parse_duration(text: &str) -> Result<Option<Duration>, &'static str> {
     const EXPECTED: &str = "expected a duration such as 1s, 100ms, 50us or off";
     let t = text.trim().to_ascii_lowercase();
@@ -24,7 +28,10 @@ pub fn parse_duration(text: &str) -> Result<Option<Duration>, &'static str> {
     if !(v.is_finite() && v > 0.0) {
         return Err(EXPECTED);
     }
-    Ok(Some(Duration::from_secs_f64(v * scale)))
+    match Duration::try_from_secs_f64(v * scale) {
+        Ok(d) if d <= MAX_DURATION => Ok(Some(d)),
+        _ => Err("longer than a year"),
+    }
 }
 
 #[cfg(test)]
@@ -48,5 +55,11 @@ mod tests {
         for bad in ["1", "0s", "-1ms", "nans", "fast", ""] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        // Before, 1e300s panicked (Duration::from_secs_f64) and 1e19s passed, to overflow
+        // the Instant it was added to.
+        for long in ["1e300s", "1e19s", "366000000s", "1e20ms"] {
+            assert_eq!(parse_duration(long), Err("longer than a year"), "{long}");
+        }
+        assert_eq!(parse_duration("31536000s"), Ok(Some(MAX_DURATION)));
     }
 }

@@ -38,6 +38,7 @@ pub mod prometheus;
 pub mod protocol;
 mod set_rules;
 pub mod socket_dir;
+mod unix_connect;
 
 pub use byte_size::{format_bytes, ByteSize};
 pub use connection_limits::{ConnectionLimits, ConnectionSlot, Refusal};
@@ -48,7 +49,7 @@ pub use control_server::{
     REQUEST_DEADLINE,
 };
 pub use deadline_stream::{DeadlineStream, TimeoutSocket};
-pub use duration::parse_duration;
+pub use duration::{parse_duration, MAX_DURATION};
 pub use http_request::MetricsRequest;
 pub use metrics_server::{parse_metrics_addr, MetricsServer};
 pub use migrate_rules::{MigrateRules, MAX_DOWNTIME_LIMIT_MS, MIN_BANDWIDTH};
@@ -59,3 +60,4 @@ pub use process_state::ProcessState;
 pub use process_status::{ImageStatus, ProcessStatus, RefaultStatus, RegionStatus};
 pub use protocol::{Request, Response, PROTOCOL_VERSION};
 pub use set_rules::{SetRules, MIN_IMAGE_CACHE_BYTES};
+pub use unix_connect::connect_within;

@@ -362,3 +362,59 @@ fn status_as_nobody(path: &std::path::Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// A local user can put a socket under any name in a directory of their own, which root's
+/// tools read (the broker walks every user's control directory): the client believes only a
+/// socket the named process itself serves, follows no symlink, and does not hang on a
+/// listener that never accepts.
+#[test]
+fn sockets_not_served_by_their_process_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("run");
+    socket_dir::prepare_control_dir(&dir).unwrap();
+
+    // Pid 1 is always running; its name on a socket this test serves.
+    let borrowed = socket_dir::socket_path(&dir, 1);
+    let _impostor = std::os::unix::net::UnixListener::bind(&borrowed).unwrap();
+    match ControlClient::connect(&dir, 1) {
+        Err(ControlError::WrongServer { pid: 1, server, .. }) => {
+            assert_eq!(server as u32, std::process::id())
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = ControlClient::connect(&dir, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("is served by process") && e.contains("not by process 1"),
+        "{e}"
+    );
+
+    // A symlink under a pid's name, to a socket the process does serve: not followed.
+    let me = std::process::id();
+    let other = t.path().join("other");
+    let server = start(&other);
+    let link = socket_dir::socket_path(&dir, me);
+    std::os::unix::fs::symlink(server.path(), &link).unwrap();
+    assert!(matches!(
+        ControlClient::connect(&dir, me),
+        Err(ControlError::NotASocket { .. })
+    ));
+    std::fs::remove_file(&link).unwrap();
+
+    // A listener that never accepts, its backlog full: the client gives up in time.
+    let listener = std::os::unix::net::UnixListener::bind(&link).unwrap();
+    let _pending = UnixStream::connect(&link).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    // SAFETY: listen(2) on a live listening socket only changes its backlog.
+    let r = unsafe { libc::listen(fd, 0) };
+    assert_eq!(r, 0);
+    let start = Instant::now();
+    match ControlClient::connect(&dir, me) {
+        Err(ControlError::TimedOut { pid, .. }) => assert_eq!(pid, me),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

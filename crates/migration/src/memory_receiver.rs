@@ -276,9 +276,11 @@ impl<'a> MemoryReceiver<'a> {
                     source,
                 })
         };
-        timeouts(&tcp, HANDSHAKE_TIMEOUT)?;
         crate::socket_options::watch_peer(&tcp);
-        let stream = MemoryStream::handshake(tcp, self.key, Role::Destination)?;
+        // One deadline for the whole handshake: connections are served one at a time, and a
+        // peer trickling its hello must not hold the listener.
+        let stream =
+            MemoryStream::handshake_within(tcp, self.key, Role::Destination, HANDSHAKE_TIMEOUT)?;
         timeouts(stream.get_ref(), IDLE_TIMEOUT)?;
         Ok(stream)
     }

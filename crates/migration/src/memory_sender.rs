@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use memvisor_control::PostCopy;
 use memvisor_pager::{MigrationPages, Region};
 
-use crate::memory_receiver::region_at;
+use crate::memory_receiver::{region_at, HANDSHAKE_TIMEOUT};
 use crate::memory_stream::MemoryStream;
 use crate::message::Message;
 use crate::migration_error::MigrationError;
@@ -749,10 +749,12 @@ fn open_stream(
         .map_err(io(format!("connecting to the destination {to}")))?;
     let _ = tcp.set_nodelay(true);
     watch_peer(&tcp);
+    let stream = MemoryStream::handshake_within(tcp, key, Role::Source, HANDSHAKE_TIMEOUT)?;
+    let tcp = stream.get_ref();
     tcp.set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(io(format!("setting timeouts on the connection to {to}")))?;
-    MemoryStream::handshake(tcp, key, Role::Source)
+    Ok(stream)
 }
 
 /// The runs of one read request: consecutive runs of `runs` up to [`BATCH_PAGES`] pages or

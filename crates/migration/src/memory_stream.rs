@@ -2,6 +2,9 @@
 
 use std::fmt;
 use std::io::{Read, Write};
+use std::time::Duration;
+
+use memvisor_control::{DeadlineStream, TimeoutSocket};
 
 use crate::frame_header::{
     announced_payload_len, FrameHeader, FRAME_HEADER_LEN, FRAME_TAG_LEN, MAX_PAYLOAD,
@@ -54,6 +57,40 @@ pub struct MemoryStream<S: Read + Write> {
     receive_buffer: Vec<u8>,
 }
 
+impl<S: Read + Write + TimeoutSocket> MemoryStream<S>
+where
+    for<'a> &'a S: Read + Write,
+{
+    /// [`handshake`](Self::handshake) on a socket, the whole exchange within `limit` however
+    /// slowly the peer sends its bytes: a connection that trickles its hello is cut, not
+    /// waited for byte by byte (a per-read timeout would restart with every byte). Afterwards
+    /// the socket's read and write timeouts are what the deadline left: the caller sets its
+    /// own. Running out of time is a stream error of kind `TimedOut` or `WouldBlock`.
+    pub fn handshake_within(
+        stream: S,
+        key: &MigrationKey,
+        role: Role,
+        limit: Duration,
+    ) -> Result<Self, MigrationError> {
+        let mut bytes_sent = 0;
+        let mut bytes_received = 0;
+        let keys = authenticate(
+            &mut DeadlineStream::new(&stream, limit),
+            key,
+            role,
+            &mut bytes_sent,
+            &mut bytes_received,
+        )?;
+        Ok(Self::authenticated(
+            stream,
+            role,
+            keys,
+            bytes_sent,
+            bytes_received,
+        ))
+    }
+}
+
 impl<S: Read + Write> MemoryStream<S> {
     /// Authenticates both ends over `stream` and returns the stream ready for messages.
     ///
@@ -67,7 +104,8 @@ impl<S: Read + Write> MemoryStream<S> {
     /// Errors: [`MigrationError::KeyMismatch`] for a different key (on both sides),
     /// [`MigrationError::Version`], [`MigrationError::RoleClash`] if both ends claim the same
     /// role, [`MigrationError::NotMigrationPeer`] for something that is not a memvisor pager,
-    /// and stream errors.
+    /// and stream errors. A peer on a network socket goes through
+    /// [`handshake_within`](Self::handshake_within), which bounds the exchange in time.
     pub fn handshake(
         mut stream: S,
         key: &MigrationKey,
@@ -76,7 +114,24 @@ impl<S: Read + Write> MemoryStream<S> {
         let mut bytes_sent = 0;
         let mut bytes_received = 0;
         let keys = authenticate(&mut stream, key, role, &mut bytes_sent, &mut bytes_received)?;
-        Ok(MemoryStream {
+        Ok(Self::authenticated(
+            stream,
+            role,
+            keys,
+            bytes_sent,
+            bytes_received,
+        ))
+    }
+
+    /// The stream after a successful handshake.
+    fn authenticated(
+        stream: S,
+        role: Role,
+        keys: SessionKeys,
+        bytes_sent: u64,
+        bytes_received: u64,
+    ) -> Self {
+        MemoryStream {
             stream,
             role,
             keys,
@@ -90,7 +145,7 @@ impl<S: Read + Write> MemoryStream<S> {
             queued: Vec::new(),
             read_ahead: ReceiveBuffer::new(),
             receive_buffer: Vec::new(),
-        })
+        }
     }
 
     /// Sends one message as one frame, after any queued ones, and flushes. A message that
@@ -417,6 +472,36 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
     use std::thread;
+
+    #[test]
+    fn a_handshake_trickled_byte_by_byte_is_cut_at_its_limit() {
+        let key = MigrationKey::from_bytes(&[7; 40]).unwrap();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        // A peer that sends a byte every 50 ms: each read would see data well within any
+        // per-read timeout, and the 45-byte hello would take over 2 s.
+        let trickler = thread::spawn(move || {
+            for _ in 0..200 {
+                if b.write_all(&[0]).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let start = std::time::Instant::now();
+        let Err(e) =
+            MemoryStream::handshake_within(a, &key, Role::Destination, Duration::from_millis(400))
+        else {
+            panic!("a trickled handshake must fail");
+        };
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(2), "took {took:?}: {e}");
+        assert!(
+            matches!(&e, MigrationError::Io { source, .. }
+                if matches!(source.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)),
+            "{e:?}"
+        );
+        trickler.join().unwrap();
+    }
 
     fn pair() -> (MemoryStream<UnixStream>, MemoryStream<UnixStream>) {
         let key = MigrationKey::from_bytes(&[7; 40]).unwrap();
