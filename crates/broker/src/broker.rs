@@ -29,6 +29,7 @@ use crate::claimant_key::ClaimantKey;
 use crate::curve_history::{CurveHistory, Measured};
 use crate::partitioner::{partition, Allocation, Claimant, Limits, Mode, Reason};
 use crate::process_limit::{process_label, ProcessLimit};
+use crate::status_bounds::bounded;
 
 /// What the broker divides and how.
 #[derive(Debug, Clone)]
@@ -257,6 +258,7 @@ impl Broker {
             for pid in pids {
                 match ControlClient::connect(&dir, pid).and_then(|mut c| c.status()) {
                     Ok(status) => {
+                        let status = bounded(status, self.options.host_ram);
                         self.observe(&dir, pid, &status, round);
                         answered.push((pid, status));
                     }

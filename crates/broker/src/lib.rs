@@ -16,6 +16,7 @@ mod claimant_key;
 mod curve_history;
 mod partitioner;
 mod process_limit;
+mod status_bounds;
 mod utility_curve;
 
 pub use broker::{Broker, BrokerOptions, Round};

@@ -11,6 +11,12 @@ pub const SWAP_DIR: &str = "MEMVISOR_SWAP_DIR";
 pub const MIN_REGION: &str = "MEMVISOR_MIN_REGION";
 /// Virtual size of the arena anonymous mappings are carved from, bytes.
 pub const ARENA_SIZE: &str = "MEMVISOR_ARENA_SIZE";
+/// Largest arena: a quarter of the 47-bit user address space (`memvisor run --arena` and the
+/// library's reading of [`ARENA_SIZE`] both hold to it).
+pub const MAX_ARENA_BYTES: u64 = 32 << 40;
+/// Largest chunk (`memvisor run --chunk-size`, the library's reading of [`CHUNK_SIZE`], and
+/// what the broker believes of a process's answer).
+pub const MAX_CHUNK_BYTES: u64 = 64 << 20;
 /// Directory of control sockets (also read by `memvisor stat/top/set`).
 pub const CONTROL_DIR: &str = "MEMVISOR_CONTROL_DIR";
 /// `1`: children that exec are managed too (the variables are left in the environment).

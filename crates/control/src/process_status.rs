@@ -198,9 +198,10 @@ impl RefaultStatus {
 }
 
 impl ProcessStatus {
-    /// Sum of `f` over the regions.
+    /// Sum of `f` over the regions (saturating: a status is what a process says, and the
+    /// readers of every user's processes must not overflow on a lying one).
     pub fn total(&self, f: impl Fn(&RegionStatus) -> u64) -> u64 {
-        self.regions.iter().map(f).sum()
+        self.regions.iter().map(f).fold(0, u64::saturating_add)
     }
 
     /// Bytes resident over all regions.

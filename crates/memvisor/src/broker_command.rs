@@ -143,6 +143,12 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
             "at least one page (4K)",
         ));
     }
+    if step > total {
+        return Err(refuse(
+            format!("--step {}", args.step.as_deref().unwrap_or("")),
+            "more than --total",
+        ));
+    }
     if !(args.min_gain >= 0.0 && args.min_gain.is_finite()) {
         return Err(refuse(
             format!("--min-gain {}", args.min_gain),
@@ -156,7 +162,17 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
         ));
     }
     let max = args.max.as_deref().map(|m| size("--max", m)).transpose()?;
-    let min = given("--min", &args.min, (4 * step).min(max.unwrap_or(u64::MAX)))?;
+    let min = given(
+        "--min",
+        &args.min,
+        (4 * step).min(max.unwrap_or(u64::MAX)).min(total),
+    )?;
+    if min > total {
+        return Err(refuse(
+            format!("--min {}", args.min.as_deref().unwrap_or("")),
+            "more than --total",
+        ));
+    }
     if max.is_some_and(|m| m < min) {
         return Err(refuse(
             format!("--max {}", args.max.as_deref().unwrap_or("")),
@@ -181,6 +197,12 @@ fn options(args: &BrokerArgs, host_ram: u64) -> Result<(BrokerOptions, Duration)
                 "at least {} (the smallest image cache limit)",
                 format_bytes(MIN_IMAGE_CACHE_BYTES)
             ),
+        ));
+    }
+    if image_min > total {
+        return Err(refuse(
+            format!("--image-min {}", args.image_min.as_deref().unwrap_or("")),
+            "more than --total",
         ));
     }
     if image_max.is_some_and(|m| m < image_min) {
@@ -286,6 +308,22 @@ mod tests {
         let (o, _) = parse("--total 2G --mode static --limit vm1=128M:1G --max 1G").unwrap();
         assert_eq!(o.mode, Mode::Static);
         assert_eq!(o.process_limits.len(), 1);
+    }
+
+    #[test]
+    fn sizes_above_the_total_are_refused() {
+        for (line, what) in [
+            ("--total 1G --step 2G", "--step 2G"),
+            ("--total 1G --step 8000000T", "--step 8000000T"),
+            ("--total 1G --min 2G", "--min 2G"),
+            ("--total 1G --image-min 2G", "--image-min 2G"),
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(e.contains(what), "{line}: {e}");
+        }
+        // A small total's default minimum is the total.
+        let (o, _) = parse("--total 2M").unwrap();
+        assert_eq!(o.min, 2 << 20);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub struct DedupArgs {
     #[arg(long)]
     ksm_tune: bool,
     /// Seconds between passes.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = crate::seconds_arg::seconds)]
     interval: f64,
     /// With --ksm-tune: seconds to wait for another process holding the KSM settings lock
     /// (in /run/memvisor) before giving up.
@@ -110,12 +110,6 @@ fn mib(pages: u64) -> f64 {
 
 /// Runs `memvisor dedup`.
 pub fn run(args: DedupArgs) -> Result<(), DedupCommandError> {
-    if !(args.interval > 0.0 && args.interval.is_finite()) {
-        return Err(DedupCommandError::Argument(format!(
-            "--interval {} must be a positive number of seconds",
-            args.interval
-        )));
-    }
     if !(args.ksm_lock_wait >= 0.0 && args.ksm_lock_wait < 1e9) {
         return Err(DedupCommandError::Argument(format!(
             "--ksm-lock-wait {} must be a number of seconds, 0 or more",

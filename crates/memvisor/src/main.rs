@@ -7,6 +7,7 @@ mod host_memory;
 mod migrate_command;
 mod run_command;
 mod scrub_command;
+mod seconds_arg;
 mod set_command;
 mod sim_command;
 mod source_args;

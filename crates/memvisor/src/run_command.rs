@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Args;
+use memvisor_control::launch_env::{MAX_ARENA_BYTES, MAX_CHUNK_BYTES};
 use memvisor_control::{
     format_bytes, launch_env, prometheus, socket_dir, ByteSize, ControlClient, ControlError,
     MetricsServer,
@@ -17,12 +18,6 @@ use memvisor_pager::Region;
 
 use crate::host_memory::mem_total_bytes;
 use crate::swap_dir_check::{check_swap_dir, SwapRoom};
-
-/// Largest chunk (the preload library's limit too).
-const MAX_CHUNK: u64 = 64 << 20;
-
-/// Largest arena: a quarter of the 47-bit user address space.
-const MAX_ARENA: u64 = 32 << 40;
 
 /// File name of the preload library.
 pub const PRELOAD_FILE: &str = "libmemvisor_preload.so";
@@ -263,13 +258,13 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         .ok_or_else(|| RunError::ProgramNotFound(name.to_string_lossy().into()))?;
     let ram = mem_total_bytes().map_err(RunError::Host)?;
     let chunk = parse_size("chunk-size", &args.chunk_size)?.resolve(ram);
-    if chunk == 0 || chunk % 4096 != 0 || chunk > MAX_CHUNK {
+    if chunk == 0 || chunk % 4096 != 0 || chunk > MAX_CHUNK_BYTES {
         return Err(RunError::Value {
             arg: "chunk-size",
             given: args.chunk_size.clone(),
             reason: format!(
                 "must be a multiple of 4K and at most {}",
-                format_bytes(MAX_CHUNK)
+                format_bytes(MAX_CHUNK_BYTES)
             ),
         });
     }
@@ -338,13 +333,13 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         Some(a) => parse_size("arena", a)?.resolve(ram),
         None => ram.saturating_mul(2),
     };
-    if arena > MAX_ARENA {
+    if arena > MAX_ARENA_BYTES {
         return Err(RunError::Value {
             arg: "arena",
             given: args.arena.clone().unwrap_or_default(),
             reason: format!(
                 "more than {} of address space (the arena is reserved at start)",
-                format_bytes(MAX_ARENA)
+                format_bytes(MAX_ARENA_BYTES)
             ),
         });
     }

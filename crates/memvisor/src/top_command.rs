@@ -15,7 +15,7 @@ use crate::stat_command::align;
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between refreshes (rates are measured over this interval).
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 1.0, value_name = "SECS", value_parser = crate::seconds_arg::seconds)]
     interval: f64,
     /// Print N frames, then exit.
     #[arg(short = 'n', long = "iterations", value_name = "N")]

@@ -63,7 +63,7 @@ impl ImageCacheModel {
     /// bytes, with pages of `page` bytes.
     pub fn new(limit: u64, file_len: u64, page: u64) -> Self {
         let block = block_size(file_len, page);
-        let capacity = (limit / block).max(1) as usize;
+        let capacity = capacity(limit, block);
         let units = file_len.div_ceil(block).min(MAX_STAMPS) as usize;
         let scale = RefaultScale::new(block, SUB_BUCKETS);
         Self {
@@ -135,7 +135,7 @@ impl ImageCacheModel {
     /// CAR's lists start again with the blocks held (their recency order is kept), the
     /// refault history stays.
     pub fn set_limit(&mut self, limit: u64, victims: &mut Victims) {
-        let capacity = (limit / self.block).max(1) as usize;
+        let capacity = capacity(limit, self.block);
         while self.car.len() > capacity {
             match self.car.evict() {
                 Some(v) => self.evicted(v, victims),
@@ -202,6 +202,13 @@ pub fn block_size(file_len: u64, page: u64) -> u64 {
         .max(page.next_power_of_two())
 }
 
+/// Blocks a model of `limit` bytes holds: at least one, and no more than an image has blocks
+/// ([`MAX_STAMPS`]): a limit far above the image's size (up to the host's memory, as a
+/// request may ask) must not size the model's tables by it.
+fn capacity(limit: u64, block: u64) -> usize {
+    (limit / block.max(1)).clamp(1, MAX_STAMPS) as usize
+}
+
 /// Appends `[off, off + len)` to `ranges`, merged with the last one if adjacent.
 fn push_range(ranges: &mut Victims, off: u64, len: u64) {
     match ranges.last_mut() {
@@ -224,6 +231,18 @@ mod tests {
         assert_eq!(block_size(64 << 30, PG), 64 * PG);
         let m = ImageCacheModel::new(1 << 20, 64 << 30, PG);
         assert_eq!(m.block_bytes(), 256 << 10);
+    }
+
+    #[test]
+    fn a_limit_far_above_the_image_sizes_the_model_by_the_image() {
+        // 16 TiB for a 1 MiB image: before, 2^32 blocks of tables (an allocation abort, or
+        // the unit table's capacity assertion, inside the program's read).
+        let mut m = ImageCacheModel::new(16 << 40, 1 << 20, PG);
+        let mut v = Vec::new();
+        m.set_limit(u64::MAX, &mut v);
+        assert!(v.is_empty());
+        assert_eq!(capacity(u64::MAX, PG), MAX_STAMPS as usize);
+        assert_eq!(capacity(0, PG), 1);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl RefaultScale {
         // v: 0-based distance in units, rounded up.
         let v = d.max(1).div_ceil(self.unit) - 1;
         let sub = self.sub;
-        if v < 2 * sub {
+        if v < sub.saturating_mul(2) {
             return v as usize;
         }
         // Group g >= 1 covers [sub * 2^g, sub * 2^(g+1)) with buckets 2^g units wide.
@@ -57,16 +57,22 @@ impl RefaultScale {
     }
 
     /// The largest distance of bucket `k`.
+    ///
+    /// Saturates at `u64::MAX` for buckets past the range of distances (a scale or a bucket
+    /// count from another process's answer need not be sane).
     pub fn upper(&self, k: usize) -> u64 {
         let (k, sub) = (k as u64, self.sub);
-        let v_max = if k < 2 * sub {
+        let two_sub = sub.saturating_mul(2);
+        let v_max = if k < two_sub {
             k
         } else {
-            let g = 1 + (k - 2 * sub) / sub;
-            let o = (k - 2 * sub) % sub;
-            (sub << g) + (o << g) + (1 << g) - 1
+            let g = 1 + (k - two_sub) / sub;
+            let o = (k - two_sub) % sub;
+            shl_saturating(sub, g)
+                .saturating_add(shl_saturating(o, g))
+                .saturating_add(shl_saturating(1, g) - 1)
         };
-        (v_max + 1).saturating_mul(self.unit)
+        v_max.saturating_add(1).saturating_mul(self.unit)
     }
 
     /// The largest distance of the bucket before `k` (0 for the first).
@@ -199,9 +205,35 @@ pub fn saved_with(buckets: &[u64], scale: RefaultScale, extra: u64) -> u64 {
         .sum()
 }
 
+/// `x << g`, or `u64::MAX` when bits would be lost.
+fn shl_saturating(x: u64, g: u64) -> u64 {
+    if x == 0 {
+        0
+    } else if g >= 64 || x > u64::MAX >> g {
+        u64::MAX
+    } else {
+        x << g
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scales_from_an_untrusted_answer_saturate_instead_of_overflowing() {
+        // A scale and bucket numbers as a lying process might report them: before, `2 * sub`
+        // and the shifts overflowed (a panic in debug builds, wrapped bounds in release).
+        let s = RefaultScale::new(4096, u64::MAX / 2 + 7);
+        assert_eq!(s.upper(usize::MAX), u64::MAX);
+        assert_eq!(s.bucket(u64::MAX), (u64::MAX / 4096) as usize);
+        let s = RefaultScale::new(4096, 16);
+        assert_eq!(s.upper(100_000), u64::MAX);
+        assert!(s.upper(40) < s.upper(41));
+        assert_eq!(shl_saturating(3, 63), u64::MAX);
+        assert_eq!(shl_saturating(1, 63), 1 << 63);
+        assert_eq!(shl_saturating(0, 200), 0);
+    }
 
     /// Linear buckets of `width` (a `sub` large enough that no doubling is reached).
     fn linear(width: u64) -> RefaultScale {

@@ -97,7 +97,10 @@ fn clean_environment() {
             continue;
         }
         if name == "LD_PRELOAD" {
-            let rest: Vec<&str> = kv["LD_PRELOAD=".len()..]
+            // `LD_PRELOAD` without `=` (execve allows any string) has no list.
+            let rest: Vec<&str> = kv
+                .strip_prefix("LD_PRELOAD=")
+                .unwrap_or("")
                 .split([':', ' '])
                 .filter(|e| !e.is_empty() && !e.ends_with("libmemvisor_preload.so"))
                 .collect();

@@ -15,7 +15,7 @@ pub const DEFAULT_MIN_REGION: usize = 16 << 20;
 pub const DEFAULT_ARENA_SIZE: usize = 64 << 30;
 
 /// Largest chunk accepted from the environment (64 MiB).
-pub const MAX_CHUNK_SIZE: usize = 64 << 20;
+pub const MAX_CHUNK_SIZE: usize = launch_env::MAX_CHUNK_BYTES as usize;
 
 /// What the preload library manages and how.
 #[derive(Debug, Clone)]
@@ -124,6 +124,13 @@ impl PreloadConfig {
             Some(v) => bytes(launch_env::ARENA_SIZE, v)?,
             None => DEFAULT_ARENA_SIZE,
         };
+        if arena_size as u64 > launch_env::MAX_ARENA_BYTES {
+            return Err(PreloadError::Env {
+                name: launch_env::ARENA_SIZE,
+                value: arena_size.to_string(),
+                reason: format!("more than {} bytes", launch_env::MAX_ARENA_BYTES),
+            });
+        }
         if arena_size < chunk_size {
             return Err(PreloadError::Env {
                 name: launch_env::ARENA_SIZE,
