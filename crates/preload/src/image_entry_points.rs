@@ -7,26 +7,34 @@
 use libc::{c_int, c_uint, c_void, iovec, loff_t, off_t, size_t, ssize_t};
 
 use crate::image_io;
-use crate::raw_calls as real;
+use crate::raw_calls::{self as real, set_errno};
 
-/// `(address, length)` of each of `iovcnt` iovecs at `iov` (none if the count is out of
-/// range: the system call then fails on its own).
+/// The `iovcnt` iovecs at `iov` (none if the count is out of range: the system call then
+/// fails on its own). Borrowed, not copied: an entry point that allocates only when it has
+/// work to do stays safe in a forked child, whose copy of the library's heap lock may be held
+/// by a thread that did not follow it.
 ///
 /// # Safety
 ///
-/// `iov` points to `iovcnt` readable iovecs if `iovcnt` is in `1..=IOV_MAX`.
-unsafe fn buffers(iov: *const iovec, iovcnt: c_int) -> Vec<(usize, usize)> {
+/// `iov` points to `iovcnt` readable iovecs if `iovcnt` is in `1..=IOV_MAX`, alive and
+/// unchanged while the slice is used.
+unsafe fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> &'a [iovec] {
     if iov.is_null() || !(1..=1024).contains(&iovcnt) {
-        return Vec::new();
+        return &[];
     }
     // SAFETY: guaranteed by the caller for this count.
-    let v = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
+    unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) }
+}
+
+/// `(address, length)` of each iovec.
+fn buffers(v: &[iovec]) -> Vec<(usize, usize)> {
     v.iter().map(|i| (i.iov_base as usize, i.iov_len)).collect()
 }
 
 /// Total length of the iovecs (saturating).
-fn total(bufs: &[(usize, usize)]) -> u64 {
-    bufs.iter().fold(0u64, |t, b| t.saturating_add(b.1 as u64))
+fn total(v: &[iovec]) -> u64 {
+    v.iter()
+        .fold(0u64, |t, i| t.saturating_add(i.iov_len as u64))
 }
 
 macro_rules! pread_entry {
@@ -38,7 +46,7 @@ macro_rules! pread_entry {
         /// As `pread(2)`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-            image_io::read(fd, &[(buf as usize, n)], off, || {
+            image_io::read(fd, &[(buf as usize, n)], off, 0, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::pread(fd, buf, n, off) }
             })
@@ -71,11 +79,21 @@ macro_rules! preadv_entry {
             $(, $flags: c_int)?
         ) -> ssize_t {
             #[allow(unused_mut, unused_assignments)]
-            let mut flags = 0;
-            $(flags = $flags;)?
-            // SAFETY: the program passes `iovcnt` iovecs at `iov`.
-            let bufs = unsafe { buffers(iov, iovcnt) };
-            image_io::read(fd, &bufs, off, || {
+            let (mut flags, mut v2) = (0, false);
+            $(flags = $flags; v2 = true;)?
+            // Only preadv2 reads at the file position for an offset of -1 (its system call
+            // is the one made below): preadv refuses a negative offset.
+            if !v2 && off < 0 {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+            if !image_io::watching_reads() {
+                // SAFETY: the program's own arguments, passed on as given.
+                return unsafe { real::preadv2(fd, iov, iovcnt, off, flags) };
+            }
+            // SAFETY: the program passes `iovcnt` iovecs at `iov`, unchanged during the call.
+            let bufs = buffers(unsafe { iovecs(iov, iovcnt) });
+            image_io::read(fd, &bufs, off, flags, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::preadv2(fd, iov, iovcnt, off, flags) }
             })
@@ -146,10 +164,15 @@ macro_rules! pwritev_entry {
             $(, $flags: c_int)?
         ) -> ssize_t {
             #[allow(unused_mut, unused_assignments)]
-            let mut flags = 0;
-            $(flags = $flags;)?
-            // SAFETY: the program passes `iovcnt` iovecs at `iov`.
-            let len = total(&unsafe { buffers(iov, iovcnt) });
+            let (mut flags, mut v2) = (0, false);
+            $(flags = $flags; v2 = true;)?
+            // As for preadv: only pwritev2 writes at the file position for an offset of -1.
+            if !v2 && off < 0 {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+            // SAFETY: the program passes `iovcnt` iovecs at `iov`, unchanged during the call.
+            let len = total(unsafe { iovecs(iov, iovcnt) });
             // At the file position (offset -1) or appending: anywhere in the file.
             let (from, to) = if off < 0 || flags & libc::RWF_APPEND != 0 {
                 (0, u64::MAX)

@@ -203,7 +203,7 @@ fn watching() -> bool {
 
 /// Whether the program's reads are looked at: as [`watching`], or the host cache is
 /// exclusive or limited.
-fn watching_reads() -> bool {
+pub fn watching_reads() -> bool {
     ACTIVE.load(Ordering::Acquire)
         && (SWAP_MAPPER.load(Ordering::Acquire)
             || EXCLUSIVE_HOST_CACHE.load(Ordering::Acquire)
@@ -275,10 +275,34 @@ struct Piece {
     at: usize,
 }
 
-/// A positional read of `fd` at `offset` into the buffers `iov` (`(address, length)`), done
-/// by `real` (which returns what the system call returns and sets `errno`).
-pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() -> isize) -> isize {
-    if offset < 0 || !mp::has_fixed() || !watching_reads() {
+/// Bytes of `fd` from `offset` to its end (`fstat`), or `None` if unknown.
+fn bytes_before_end(fd: c_int, offset: u64) -> Option<u64> {
+    // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `struct stat` into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_size.max(0) as u64).saturating_sub(offset))
+}
+
+/// A positional read of `fd` at `offset` into the buffers `iov` (`(address, length)`), with
+/// `preadv2` flags `flags` (0 for the other calls), done by `real` (which returns what the
+/// system call returns and sets `errno`).
+///
+/// The false-read preventer maps as zeros only the pages the read will overwrite: those its
+/// buffers cover whole before the file's end. A read with `RWF_NOWAIT` may fail with `EAGAIN`
+/// having read nothing, so it is passed through without it. (A read that fails with an I/O
+/// error after all leaves those pages zero: what a failed disk transfer leaves in a buffer is
+/// undefined, and QEMU reports the error to the guest.)
+pub fn read(
+    fd: c_int,
+    iov: &[(usize, usize)],
+    offset: i64,
+    flags: c_int,
+    real: impl FnOnce() -> isize,
+) -> isize {
+    if offset < 0 || flags & libc::RWF_NOWAIT != 0 || !mp::has_fixed() || !watching_reads() {
         return other_read(fd, offset, real);
     }
     let Some(guard) = ShimGuard::enter() else {
@@ -309,14 +333,22 @@ pub fn read(fd: c_int, iov: &[(usize, usize)], offset: i64, real: impl FnOnce() 
     };
     let mapper = SWAP_MAPPER.load(Ordering::Acquire);
     let epoch = image.read_epoch().filter(|_| mapper);
+    // Bytes the read can fill (up to the file's end), asked for once when first needed.
+    let mut room: Option<Option<u64>> = None;
     for p in pieces.iter().filter(|_| mapper) {
         let _ = mp::with_fixed(p.slot, |r, start| {
             // Nothing a read could be spared: the pager's residency hint, or else the kernel.
             if r.covered_pages_resident(p.addr - start, p.len) || all_in_memory(p.addr, p.len) {
                 return Ok(());
             }
+            let room = *room.get_or_insert_with(|| bytes_before_end(fd, offset as u64));
+            // Only what the read will overwrite: not past the file's end (a short read).
+            let len = room.map_or(0, |b| (p.len as u64).min(b.saturating_sub(p.at as u64)));
+            if len == 0 {
+                return Ok(());
+            }
             // A failure leaves the pages to the read's own faults: nothing is lost.
-            r.prepare_overwrite(p.addr - start, p.len)
+            r.prepare_overwrite(p.addr - start, len as usize)
         });
     }
     let started = std::time::Instant::now();

@@ -10,6 +10,10 @@
  *     preadv()s the next 8 MiB with two iovecs of 4 MiB into [32 MiB, 40 MiB);
  *  2. writes a pattern over the rest of guest RAM (more than the budget: the image pages are
  *     evicted);
+ *  2b. preadv()s 2 MiB at 4 KiB before the image's end into paged-out pattern pages at
+ *     [41 MiB, 43 MiB): a short read (4 KiB) must leave the pattern after it (the false-read
+ *     preventer maps as zeros only pages the read overwrites); and preadv at offset -1 must
+ *     fail with EINVAL (only preadv2 reads at the file position);
  *  3. pwrite()s 0xEE over image bytes [4 MiB + 100, 8 MiB - 100) and pwritev()s 0xDD over
  *     [36 MiB, 37 MiB), then ftruncate()s the image to 39 MiB;
  *  4. verifies guest RAM [0, 40 MiB) still holds the image's OLD bytes, and the pattern;
@@ -19,6 +23,7 @@
  *     verifies everything once more, prints OK.
  * Every failure prints "FAIL: what" and exits 2. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,6 +77,19 @@ int main(int argc, char **argv) {
         if (g[o] != image_byte(o)) fail("image bytes right after the read");
 
     for (uint64_t o = 40 * MIB; o < ram; o++) g[o] = ram_byte(o);
+
+    struct iovec tail[1] = {{g + 41 * MIB, 2 * MIB}};
+    if (preadv(img, tail, 1, 48 * MIB - 4096) != 4096) fail("short preadv at the image's end");
+    for (uint64_t o = 0; o < 4096; o++)
+        if (g[41 * MIB + o] != image_byte(48 * MIB - 4096 + o)) fail("bytes of the short read");
+    for (uint64_t o = 41 * MIB + 4096; o < 43 * MIB; o++)
+        if (g[o] != ram_byte(o)) fail("guest RAM after a short read's end lost its bytes");
+    for (uint64_t o = 41 * MIB; o < 41 * MIB + 4096; o++) g[o] = ram_byte(o);
+    unsigned char scratch[64];
+    struct iovec here[1] = {{scratch, sizeof scratch}};
+    errno = 0;
+    if (preadv(img, here, 1, -1) != -1 || errno != EINVAL)
+        fail("preadv at offset -1 not EINVAL");
 
     size_t n = 4 * MIB - 200;
     unsigned char *ee = malloc(n), *dd = malloc(MIB);
