@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
-use memvisor_control::{ProcessStatus, RefaultStatus, RegionStatus};
+use memvisor_control::{ProcessStatus, RefaultStatus, RegionStatus, SetRules};
 use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
@@ -456,26 +456,20 @@ pub fn set(budget: Option<u64>, policy: Option<&str>) -> Result<(), String> {
     let Some(p) = guard.as_mut() else {
         return Err("this process is not managed".into());
     };
-    let spec = match policy {
-        Some(text) => {
-            let spec: PolicySpec = text.parse().map_err(|e| format!("policy '{text}': {e}"))?;
-            if spec.is_offline() {
-                return Err(format!(
-                    "policy '{text}': an offline policy cannot page a live program"
-                ));
-            }
-            Some(spec)
-        }
-        None => None,
+    // The rules `memvisor set`, `run` and the broker check by (the server checked them too:
+    // one definition, applied again here where the values are used).
+    let rules = SetRules {
+        host_ram_bytes: memvisor_control::host_memory::mem_total_bytes()
+            .map_err(|e| e.to_string())?,
+        chunk_bytes: p.config.chunk_size as u64,
     };
+    let spec = policy
+        .map(|text| rules.check_policy(text))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     if let Some(b) = budget {
+        rules.check_budget(b).map_err(|e| e.to_string())?;
         let b = usize::try_from(b).map_err(|_| format!("budget {b} is too large"))?;
-        if b < p.config.chunk_size {
-            return Err(format!(
-                "budget {b} is smaller than one chunk ({} bytes)",
-                p.config.chunk_size
-            ));
-        }
         p.budget = b;
         p.rebalance()?;
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use memvisor_control::launch_env;
+use memvisor_control::{launch_env, SetRules};
 use memvisor_pager::{HostCache, OnSwapFull, DEFAULT_BUSY_POLL, DEFAULT_CHUNK_SIZE};
 use memvisor_policy::PolicySpec;
 
@@ -89,32 +89,28 @@ impl PreloadConfig {
             None => DEFAULT_CHUNK_SIZE,
         };
         let budget = bytes(launch_env::BUDGET, budget)?;
-        if budget < chunk_size {
+        // The rules of `memvisor set` and `run` (one definition). The host-RAM bound is
+        // `memvisor run`'s, which knows the host; from the environment alone, the rest.
+        let rules = SetRules {
+            host_ram_bytes: u64::MAX,
+            chunk_bytes: chunk_size as u64,
+        };
+        if let Err(e) = rules.check_budget(budget as u64) {
             return Err(PreloadError::Env {
                 name: launch_env::BUDGET,
                 value: budget.to_string(),
-                reason: format!("smaller than one chunk ({chunk_size} bytes)"),
+                reason: e.to_string(),
             });
         }
         let policy = match get(launch_env::POLICY) {
             None => memvisor_pager::DEFAULT_POLICY
                 .parse()
                 .unwrap_or(PolicySpec::Clock),
-            Some(v) => {
-                let p: PolicySpec = v.parse().map_err(|e| PreloadError::Env {
-                    name: launch_env::POLICY,
-                    value: v.clone(),
-                    reason: format!("{e}"),
-                })?;
-                if p.is_offline() {
-                    return Err(PreloadError::Env {
-                        name: launch_env::POLICY,
-                        value: v,
-                        reason: "an offline policy cannot page a live program".into(),
-                    });
-                }
-                p
-            }
+            Some(v) => rules.check_policy(&v).map_err(|e| PreloadError::Env {
+                name: launch_env::POLICY,
+                value: v.clone(),
+                reason: e.to_string(),
+            })?,
         };
         let min_region = match get(launch_env::MIN_REGION) {
             Some(v) => bytes(launch_env::MIN_REGION, v)?.max(4096),
