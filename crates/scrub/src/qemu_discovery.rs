@@ -187,6 +187,17 @@ fn open_regular_files(pid: i32) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The working directory of process `pid`.
+fn cwd_of(pid: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+}
+
+/// Device and inode of the file at `path` (following links).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// The open flags (`flags:` line, octal) of a `/proc/PID/fdinfo/N` text.
 pub fn fdinfo_flags(info: &str) -> Option<u32> {
     info.lines()
@@ -206,9 +217,20 @@ pub fn describe_vm(pid: i32) -> Result<Vm, ScrubError> {
     })?;
     let args = split_cmdline(&cmdline);
     let (mut images, name) = images_from_cmdline(&args);
-    images.extend(open_regular_files(pid));
     // The command line's paths are relative to QEMU's working directory.
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    let cwd = cwd_of(pid);
+    let open = open_regular_files(pid);
+    // Only files the process has open: a command line is the process's own text (any user's),
+    // and root's scrubber must not open a file because a command line names it.
+    let open_ids: Vec<(u64, u64)> = open.iter().filter_map(|p| file_id(p)).collect();
+    images.retain(|p| {
+        let p = match (&cwd, p.is_relative()) {
+            (Some(c), true) => c.join(p),
+            _ => p.clone(),
+        };
+        file_id(&p).is_some_and(|id| open_ids.contains(&id))
+    });
+    images.extend(open);
     let mut images: Vec<PathBuf> = images
         .into_iter()
         .map(|p| match (&cwd, p.is_relative()) {
@@ -246,6 +268,35 @@ pub fn discover(pids: &[i32]) -> Vec<Result<Vm, ScrubError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_images_the_process_has_open_are_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let (open, named) = (t.path().join("open.img"), t.path().join("named.img"));
+        std::fs::write(&open, b"x").unwrap();
+        std::fs::write(&named, b"y").unwrap();
+        // A process whose command line names both, and which holds only the first open.
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#"exec 3<"$0"; sleep 30; true"#)
+            .arg(&open)
+            .arg("-drive")
+            .arg(format!("file={},format=raw", named.display()))
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let vm = loop {
+            let vm = describe_vm(pid).unwrap();
+            if !vm.images.is_empty() || std::time::Instant::now() > deadline {
+                break vm;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(vm.images, vec![open.canonicalize().unwrap()]);
+    }
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|a| a.to_string()).collect()

@@ -18,6 +18,7 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -217,11 +218,24 @@ impl Scrubber {
         evicted: &FxHashSet<u64>,
         img: &mut ImageScrub,
     ) -> Result<(), ScrubError> {
-        let file = File::open(path).map_err(|e| ScrubError::file(path, "opening", e))?;
-        let size = file
+        // Non-blocking: the path comes from a process that may be another user's, and a FIFO
+        // put in its place must not hang the scrubber; only a regular file is scrubbed.
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| ScrubError::file(path, "opening", e))?;
+        let meta = file
             .metadata()
-            .map_err(|e| ScrubError::file(path, "stat", e))?
-            .len();
+            .map_err(|e| ScrubError::file(path, "stat", e))?;
+        if !meta.is_file() {
+            return Err(ScrubError::file(
+                path,
+                "opening",
+                std::io::Error::other("not a regular file"),
+            ));
+        }
+        let size = meta.len();
         img.size = size;
         // cachestat(2) is what tells dirty pages apart: without it, nothing is dropped.
         img.cached_before = cachestat(file.as_fd(), 0, 0)
