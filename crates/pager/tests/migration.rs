@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::{pattern, read, supported, write, Rng};
 use memvisor_pager::{page_size, InstallOutcome, Region, RegionConfig, ResolveMode};
@@ -87,6 +87,7 @@ fn a_region_moves_while_a_thread_writes_and_discards() {
         }
         src.start_change_tracking().unwrap();
         let stop = AtomicBool::new(false);
+        let done_ops = AtomicUsize::new(0);
         let mut round0 = InstallOutcome::default();
         let mut later_pages = 0;
         let initial = shadow.clone();
@@ -115,9 +116,16 @@ fn a_region_moves_while_a_thread_writes_and_discards() {
                         }
                     }
                     ops += 1;
+                    done_ops.store(ops as usize, Ordering::Relaxed);
                 }
                 shadow
             });
+            // The rounds below run while the writer writes: wait for its first writes (on a
+            // busy machine the whole migration could otherwise pass before its first turn).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while done_ops.load(Ordering::Relaxed) < 20 && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
             round0 = send(&src, &dst, &chunk_runs(&src), false);
             for _ in 0..4 {
                 let changed = src.take_changed_pages().unwrap();
@@ -129,6 +137,7 @@ fn a_region_moves_while_a_thread_writes_and_discards() {
         });
         // The last round: the writer has stopped (the guest is paused).
         let changed = src.take_changed_pages().unwrap();
+        later_pages += changed.iter().map(|r| r.1).sum::<usize>();
         send(&src, &dst, &changed, true);
         assert!(
             src.take_changed_pages().unwrap().is_empty(),
