@@ -128,7 +128,10 @@ macro_rules! credential_change {
         /// As the libc function.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            crate::credential_mirror::mirror_to_library_threads();
+            // Only a managed process has library threads (a forked child has none).
+            if crate::managed_process::ACTIVE.load(std::sync::atomic::Ordering::Acquire) {
+                crate::credential_mirror::mirror_to_library_threads();
+            }
             match next_symbol!($name, unsafe extern "C" fn($($ty),*) -> c_int) {
                 // SAFETY: glibc's function, called with the caller's arguments and contract.
                 Some(real) => unsafe { real($($arg),*) },

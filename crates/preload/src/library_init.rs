@@ -15,6 +15,7 @@ use crate::credential_mirror;
 use crate::managed_process;
 use crate::migration_service;
 use crate::preload_config::PreloadConfig;
+use crate::shim_allocator;
 use crate::shim_guard::ShimGuard;
 
 /// Exit status when the library cannot start.
@@ -142,6 +143,7 @@ fn program_name() -> String {
 }
 
 extern "C" fn after_fork_in_child() {
+    shim_allocator::unlock_heap_after_fork();
     managed_process::forget_after_fork();
 }
 
@@ -175,8 +177,16 @@ extern "C" fn library_start() {
             fail(&e.to_string());
         }
     }
-    // SAFETY: registers a plain function without arguments as the child-side fork handler.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    // SAFETY: registers plain functions without arguments as fork handlers: the library's
+    // heap locked across the fork (so that the child's copy is consistent and unlocked), and
+    // the child's forgetting of the parent's regions.
+    unsafe {
+        libc::pthread_atfork(
+            Some(shim_allocator::lock_heap_before_fork),
+            Some(shim_allocator::unlock_heap_after_fork),
+            Some(after_fork_in_child),
+        )
+    };
 }
 
 /// Run first by each control-server thread: inside the library for good, and following the

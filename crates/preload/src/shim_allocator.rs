@@ -26,7 +26,8 @@
 //! per MiB), several times the cost of the copy itself.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::Mutex;
+use std::cell::UnsafeCell;
+use std::sync::{Mutex, MutexGuard};
 
 const MIN_SHIFT: u32 = 4;
 const MAX_SHIFT: u32 = 16;
@@ -151,12 +152,48 @@ impl SizeClass {
     }
 }
 
-fn size_classes() -> std::sync::MutexGuard<'static, [SizeClass; CLASSES]> {
+fn size_classes() -> MutexGuard<'static, [SizeClass; CLASSES]> {
     SIZE_CLASSES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn reused() -> std::sync::MutexGuard<'static, ReusedMappings> {
+fn reused() -> MutexGuard<'static, ReusedMappings> {
     REUSED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The heap's locks while a thread forks: taken before `fork` and released after it in the
+/// parent and in the child. A child gets only the forking thread: a heap lock that another
+/// thread held at that moment (a fault handler allocating) would stay locked there for good,
+/// and the child's first allocation through the library (a `setuid` after a daemon's fork, a
+/// vectored read) would hang.
+struct HeldForFork(UnsafeCell<Option<HeapLocks>>);
+
+/// Both heap locks, held.
+type HeapLocks = (
+    MutexGuard<'static, [SizeClass; CLASSES]>,
+    MutexGuard<'static, ReusedMappings>,
+);
+
+// SAFETY: the cell is written and emptied only by a thread holding both heap locks (set right
+// after taking them, taken right before releasing them), so no two threads touch it at once.
+unsafe impl Sync for HeldForFork {}
+
+static HELD_FOR_FORK: HeldForFork = HeldForFork(UnsafeCell::new(None));
+
+/// `pthread_atfork` prepare handler: takes the heap's locks (in the one order the allocator
+/// ever takes them; it never holds both otherwise).
+pub extern "C" fn lock_heap_before_fork() {
+    let held = (size_classes(), reused());
+    // SAFETY: both heap locks are held (see `HeldForFork`).
+    unsafe { *HELD_FOR_FORK.0.get() = Some(held) };
+}
+
+/// `pthread_atfork` parent and child handler: releases what [`lock_heap_before_fork`] took.
+/// In the child the forking thread is the only one, and the locks are plain futexes without
+/// an owner: releasing them there is releasing them for good.
+pub extern "C" fn unlock_heap_after_fork() {
+    // SAFETY: both heap locks are still held by this thread (see `HeldForFork`).
+    let held = unsafe { (*HELD_FOR_FORK.0.get()).take() };
+    drop(held);
 }
 
 /// The library's global allocator.
@@ -296,6 +333,59 @@ unsafe impl GlobalAlloc for ShimAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread holding a heap lock while another forks: with the fork handlers, the fork
+    /// waits for it and the child's heap works; without them, the child's first allocation of
+    /// that class would wait for a thread that does not exist in it.
+    #[test]
+    fn a_child_forked_while_another_thread_allocates_can_allocate() {
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let g = size_classes();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(g);
+        });
+        held_rx.recv().unwrap();
+        lock_heap_before_fork();
+        // SAFETY: the child only calls the allocator's functions and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unlock_heap_after_fork();
+            let layout = Layout::from_size_align(64, 8).unwrap();
+            // SAFETY: a valid layout; the block is freed with it.
+            let ok = unsafe {
+                let p = ShimAllocator.alloc(layout);
+                let ok = !p.is_null();
+                ShimAllocator.dealloc(p, layout);
+                ok
+            };
+            // SAFETY: _exit ends the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        unlock_heap_after_fork();
+        holder.join().unwrap();
+        assert!(pid > 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child without blocking.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                // SAFETY: our own child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("the child's allocation hung");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+    }
 
     #[test]
     fn blocks_are_aligned_distinct_and_reused() {
