@@ -13,7 +13,7 @@
 //! when a request fails.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -172,6 +172,8 @@ pub struct Broker {
     /// Control directories looked in (`None`: memvisor's usual ones, as `memvisor top`).
     dirs: Option<Vec<PathBuf>>,
     tracked: HashMap<u32, Tracked>,
+    /// Labels of `--limit`s that several followed processes carry (told once).
+    shared_labels: BTreeSet<String>,
     /// Prometheus text of the last decision, for a metrics server.
     metrics: Arc<Mutex<String>>,
 }
@@ -183,6 +185,7 @@ impl Broker {
             options,
             dirs,
             tracked: HashMap::new(),
+            shared_labels: BTreeSet::new(),
             metrics: Arc::new(Mutex::new(String::new())),
         }
     }
@@ -196,6 +199,7 @@ impl Broker {
     pub fn decide(&mut self) -> Result<Round, BrokerError> {
         let mut round = Round::default();
         let answered = self.look(&mut round);
+        self.tell_shared_labels(&mut round);
         let claimants: Vec<Claimant> = answered
             .iter()
             .flat_map(|(pid, status)| self.claimants(*pid, status))
@@ -225,6 +229,50 @@ impl Broker {
             *m = broker_metrics::render(self.options.limits.total, round.reserved, &rows);
         }
         Ok(round)
+    }
+
+    /// Says when a `--limit` selecting a label starts or stops matching several processes
+    /// (then it applies to none of them: see [`Self::claimants`]).
+    fn tell_shared_labels(&mut self, round: &mut Round) {
+        for limit in &self.options.process_limits {
+            let label = &limit.selector;
+            let mut pids: Vec<u32> = self
+                .tracked
+                .iter()
+                .filter(|(pid, t)| t.label == *label && pid.to_string() != *label)
+                .map(|(pid, _)| *pid)
+                .collect();
+            pids.sort_unstable();
+            let list = pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            if pids.len() > 1 {
+                if self.shared_labels.insert(label.clone()) {
+                    round.lines.push(format!(
+                        "broker: --limit {label}: {} processes are labelled {label} (pids \
+                         {list}): applied to none of them until one is",
+                        pids.len()
+                    ));
+                }
+            } else if self.shared_labels.remove(label) {
+                round.lines.push(match pids.first() {
+                    Some(pid) => format!(
+                        "broker: --limit {label}: one process labelled {label} again (pid {pid}): \
+                         applied"
+                    ),
+                    None => {
+                        format!("broker: --limit {label}: no process labelled {label} any more")
+                    }
+                });
+            }
+        }
+    }
+
+    /// Whether exactly one followed process carries `label`.
+    fn label_is_unique(&self, label: &str) -> bool {
+        self.tracked.values().filter(|t| t.label == label).count() == 1
     }
 
     /// The label of a followed process (empty if it is not followed).
@@ -396,7 +444,12 @@ impl Broker {
             .process_limits
             .iter()
             .rev()
-            .find(|l| l.matches(pid, &t.label));
+            .find(|l| l.matches(pid, &t.label))
+            // A label is what a process's command line says (any user can name a process
+            // `vm1`): a limit found by a label that several processes carry applies to none of
+            // them, so that one user cannot take the bounds meant for another's VM. A limit by
+            // pid always applies.
+            .filter(|l| l.selector == pid.to_string() || self.label_is_unique(&t.label));
         let floor = status.chunk_size.max(1);
         let min = own.and_then(|l| l.min).unwrap_or(o.min).max(floor);
         let max = own

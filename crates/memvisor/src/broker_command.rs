@@ -47,8 +47,9 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "SIZE")]
     max: Option<String>,
     /// Bounds of one process's budget, by pid or name (QEMU's `-name guest=NAME`, else the
-    /// program's name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins. Image
-    /// caches have --image-min and --image-max.
+    /// program's name): `vm1=512M:2G`, `1234=:1G`. Repeatable; the last match wins. A limit
+    /// by name that several processes carry applies to none of them. Image caches have
+    /// --image-min and --image-max.
     #[arg(long = "limit", value_name = "NAME=MIN:MAX")]
     limits: Vec<String>,
     /// Least host cache limit of a disk image (at least 1M; default: one step, at most

@@ -253,3 +253,48 @@ fn broker_divides_by_utility_and_survives_restarts_silence_and_exits() {
     assert!(a.run.wait().unwrap().success());
     let _ = Command::new("true").status();
 }
+
+/// A `--limit` by label, when two processes carry the label (any user can name a process):
+/// applied to neither (the broker says so), and to the one left once the other exits.
+#[test]
+fn a_label_limit_two_processes_carry_applies_to_neither() {
+    if !userfaultfd_usable() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let prog = compile_c("broker_workload", t.path());
+    let ctl = t.path().join("ctl");
+    let swap = t.path().join("swap");
+    std::fs::create_dir(&swap).unwrap();
+    let a = Workload::start(&ctl, &prog, &swap, 256);
+    let b = Workload::start(&ctl, &prog, &swap, 256);
+    let broker = BrokerProcess::start(&ctl, &["broker", "--limit", "broker_workload=200M:"]);
+    broker.wait_line(
+        &[
+            "--limit broker_workload: 2 processes are labelled broker_workload",
+            "applied to none of them",
+        ],
+        "the shared label is told",
+    );
+    assert!(a.budget(&ctl) < 200 * MIB && b.budget(&ctl) < 200 * MIB);
+    // B exits: the label is A's alone, and A gets its minimum.
+    let Workload { mut run, stdin, .. } = b;
+    drop(stdin);
+    assert!(run.wait().unwrap().success());
+    broker.wait_line(
+        &[&format!(
+            "--limit broker_workload: one process labelled broker_workload again (pid {})",
+            a.pid
+        )],
+        "the label is one process's again",
+    );
+    wait_until(&broker, "A's budget reaches the limit's minimum", || {
+        a.budget(&ctl) >= 200 * MIB
+    });
+    let mut broker = broker;
+    broker.signal(libc::SIGTERM);
+    let _ = broker.child.wait();
+    drop(a.stdin);
+    let mut run = a.run;
+    assert!(run.wait().unwrap().success());
+}
