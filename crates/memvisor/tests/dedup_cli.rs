@@ -144,8 +144,24 @@ fn bad_arguments_are_refused() {
         &["dedup".into(), "--interval".into(), "0".into(), "1".into()],
         None,
     );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--interval 0"));
+    // Refused when the arguments are parsed (a usage error, as clap reports them).
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--interval") && err.contains("'0' must be a positive number of seconds"),
+        "{err}"
+    );
+    let o = memvisor(
+        &[
+            "dedup".into(),
+            "--interval".into(),
+            "1e300".into(),
+            "1".into(),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("longer than a year"));
     let o = memvisor(&["dedup".into(), "notapid".into()], None);
     assert!(!o.status.success());
 }
