@@ -42,7 +42,6 @@ use std::sync::{Arc, Mutex};
 use libc::c_int;
 use memvisor_pager::{FileKey, ImageFile};
 
-use crate::guest_ram_punch::GuestRamPunch;
 use crate::managed_process::{self as mp, ACTIVE, EXCLUSIVE_HOST_CACHE, SWAP_MAPPER};
 use crate::raw_calls::set_errno;
 use crate::shim_guard::{is_pager_thread, ShimGuard};
@@ -494,11 +493,6 @@ pub fn discard_guest_ram(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<c
                     eprintln!("memvisor-preload: {e}");
                     libc::EIO
                 })?;
-            GuestRamPunch::record(
-                GuestRamPunch::identity(r),
-                first as usize,
-                (end - first) as usize,
-            );
         }
         for (s, e) in [(off, first.min(off + len)), (end.max(first), off + len)] {
             if e > s {

@@ -283,7 +283,7 @@ pub unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
             }
             match owner {
                 None => mp::arena_advise_discard(s, l),
-                Some(slot) => mp::fixed_discard(slot, s, l),
+                Some(slot) => mp::fixed_advise(slot, s, l, advice),
             }
         },
         // SAFETY: an unmanaged part of the program's range.

@@ -28,7 +28,8 @@
 //!
 //! Consistency: `munmap` of managed memory discards it (it reads as zeros if mapped again) and
 //! returns whole chunks to the arena; `madvise(MADV_DONTNEED | MADV_REMOVE | MADV_FREE)`
-//! discards; `mremap` shrinks in place, grows in place when the following chunks are free, or
+//! discards (on guest RAM, a shared mapping, as the kernel: `MADV_REMOVE` discards,
+//! `MADV_DONTNEED` keeps the content, `MADV_FREE` is `EINVAL`); `mremap` shrinks in place, grows in place when the following chunks are free, or
 //! moves (copying) with `MREMAP_MAYMOVE`, and refuses `MREMAP_FIXED`/`MREMAP_DONTUNMAP` with
 //! `EINVAL`; `MAP_FIXED` of private anonymous memory over managed memory discards and
 //! reprotects it, any other mapping over it fails with `ENOMEM`. Managed memory is
@@ -53,7 +54,6 @@
 pub mod arena_allocator;
 mod credential_mirror;
 pub mod entry_points;
-mod guest_ram_punch;
 pub mod image_entry_points;
 pub mod image_io;
 mod interposer;

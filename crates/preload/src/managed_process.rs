@@ -27,7 +27,6 @@ use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
 use crate::arena_allocator::{ArenaAllocator, Span};
-use crate::guest_ram_punch::GuestRamPunch;
 use crate::pager_worker::run_on_worker;
 use crate::preload_config::PreloadConfig;
 use crate::preload_error::PreloadError;
@@ -701,6 +700,14 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
         // A migration reading the region lets go of it first (it is cancelled): the mapping
         // must be gone when the program's munmap returns.
         crate::migration_service::release_region(&f.region);
+        // So does a read or discard under way on it (`with_fixed` and its kin run outside the
+        // state lock on a reference of their own): the region is out of the table, so no new
+        // one is taken, and the ones in use end with their system call. Bounded: a holder
+        // that keeps it longer (an incoming migration) lets go of it later, as before.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while Arc::strong_count(&f.region) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
         drop(f.region);
         if let Err(e) = p.rebalance() {
             eprintln!("memvisor-preload: rebalancing budgets: {e}");
@@ -719,8 +726,18 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
     })
 }
 
-/// Discards `[addr, addr + len)` of fixed region `slot`.
+/// Discards `[addr, addr + len)` of fixed region `slot` (`MAP_FIXED` over it).
 pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
+    fixed_advise(slot, addr, len, libc::MADV_REMOVE)
+}
+
+/// `madvise(advice)` of `[addr, addr + len)` of fixed region `slot`, as the kernel treats
+/// that advice on the mapping the program made. Guest RAM (a shared mapping of a memfd or a
+/// tmpfs file): `MADV_REMOVE` punches, so the range is discarded; `MADV_DONTNEED` only drops
+/// page-table entries and the file keeps its content, so nothing changes (QEMU makes it right
+/// after punching the same range itself); `MADV_FREE` is `EINVAL` on a shared mapping. A
+/// private anonymous region: every discarding advice reads as zeros afterwards.
+pub fn fixed_advise(slot: usize, addr: usize, len: usize, advice: c_int) -> Result<(), c_int> {
     let mut guard = lock();
     let p = guard.as_mut().ok_or(libc::EINVAL)?;
     let f = p
@@ -728,11 +745,14 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
         .iter_mut()
         .find(|f| f.slot == slot)
         .ok_or(libc::EINVAL)?;
-    let start = f.region.as_ptr() as usize;
-    if GuestRamPunch::take_covering(GuestRamPunch::identity(&f.region), addr - start, len) {
-        // QEMU's madvise after its own punch of the range: a hole already.
-        return Ok(());
+    if f.kind != FixedKind::FixedAnonymous {
+        match advice {
+            libc::MADV_REMOVE => {}
+            libc::MADV_FREE => return Err(libc::EINVAL),
+            _ => return Ok(()),
+        }
     }
+    let start = f.region.as_ptr() as usize;
     f.discards += 1;
     let r = RegionRef(Arc::as_ptr(&f.region));
     // SAFETY: the state lock is held until the worker has run this.
@@ -745,39 +765,51 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
     })
 }
 
-/// Runs `f` on fixed region `slot` and its start address, under the state lock (so the region
-/// stays alive); `None` if there is no such region. `f` may wait for the region's handler
-/// (a [`Region`] command), but must not call back into this module.
+/// Runs `f` on fixed region `slot` and its start address; `None` if there is no such region.
+/// The state lock is held only to find it: `f` runs on a reference of its own (the region
+/// stays alive), so that `f` may wait for the region's handler (a [`Region`] command) while
+/// other threads map, unmap and read (QEMU's I/O workers read into guest RAM in parallel).
 pub fn with_fixed<R>(slot: usize, f: impl FnOnce(&Region, usize) -> R) -> Option<R> {
-    let guard = lock();
-    let fixed = guard.as_ref()?.fixed.iter().find(|f| f.slot == slot)?;
-    Some(f(&fixed.region, fixed.region.as_ptr() as usize))
+    let region = lock()
+        .as_ref()?
+        .fixed
+        .iter()
+        .find(|f| f.slot == slot)?
+        .region
+        .clone();
+    Some(f(&region, region.as_ptr() as usize))
 }
 
-/// Runs `f` on every fixed region, under the state lock (as [`with_fixed`]).
+/// Runs `f` on every fixed region (as [`with_fixed`]: outside the state lock).
 pub fn for_each_fixed(mut f: impl FnMut(&Region)) {
-    let guard = lock();
-    if let Some(p) = guard.as_ref() {
-        for fixed in &p.fixed {
-            f(&fixed.region);
-        }
+    let regions: Vec<Arc<Region>> = lock()
+        .as_ref()
+        .map(|p| p.fixed.iter().map(|f| f.region.clone()).collect())
+        .unwrap_or_default();
+    for r in &regions {
+        f(r);
     }
 }
 
 /// Runs `f` on the fixed region whose memfd has identity `key` (a discard of its memory,
-/// counted as one), under the state lock; `None` if no region has that memfd.
+/// counted as one), outside the state lock as [`with_fixed`]; `None` if no region has that
+/// memfd.
 pub fn with_fixed_memfd<R>(
     key: memvisor_pager::FileKey,
     f: impl FnOnce(&Region) -> R,
 ) -> Option<R> {
-    let mut guard = lock();
-    let fixed = guard
-        .as_mut()?
-        .fixed
-        .iter_mut()
-        .find(|f| f.memfd_key == Some(key))?;
-    fixed.discards += 1;
-    Some(f(&fixed.region))
+    let region = {
+        let mut guard = lock();
+        let fixed = guard
+            .as_mut()?
+            .fixed
+            .iter_mut()
+            .find(|f| f.memfd_key == Some(key))?;
+        fixed.discards += 1;
+        fixed.region.clone()
+    };
+    // Outside the state lock, as `with_fixed`.
+    Some(f(&region))
 }
 
 /// Whether `program` (the name `argv[0]` gives) is QEMU.

@@ -19,6 +19,8 @@
  *  4. verifies guest RAM [0, 40 MiB) still holds the image's OLD bytes, and the pattern;
  *  5. punches a hole (fallocate PUNCH_HOLE) in the memfd over [1 MiB, 2 MiB + 512) (as
  *     virtio-balloon does) and verifies it reads as zeros, the bytes around it unchanged;
+ *     madvise(MADV_DONTNEED) of [50 MiB, 51 MiB) keeps its bytes (a shared mapping), and
+ *     MADV_FREE there is EINVAL;
  *  6. prints READY PID and waits for stdin to close (the test reads `memvisor stat` then),
  *     verifies everything once more, prints OK.
  * Every failure prints "FAIL: what" and exits 2. */
@@ -103,6 +105,12 @@ int main(int argc, char **argv) {
 
     if (fallocate(mfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 * MIB, MIB + 512) != 0)
         fail("fallocate punch guest RAM");
+    /* madvise on a shared mapping, as the kernel has it: DONTNEED keeps the memfd's content
+     * (the pattern stays), FREE is EINVAL. */
+    if (madvise(g + 50 * MIB, MIB, MADV_DONTNEED) != 0) fail("madvise DONTNEED guest RAM");
+    errno = 0;
+    if (madvise(g + 50 * MIB, 4096, MADV_FREE) != -1 || errno != EINVAL)
+        fail("madvise FREE of shared guest RAM not EINVAL");
     verify(g, ram);
 
     printf("READY %d\n", getpid());
