@@ -21,8 +21,11 @@
 //! push is resumed: the source reconnects until it gets through.
 //!
 //! Any failure before step 4 cancels both migrations: the source guest keeps running, the
-//! destination discards what it received and listens again. After a post-copy switch-over
-//! nothing is rolled back: the destination's guest may run.
+//! destination discards what it received and listens again. Once QEMU sent the device state
+//! (or may have: `migrate-continue` failed without saying whether it ran, or a step after
+//! QEMU's completion failed), and after a post-copy switch-over, nothing is rolled back: the
+//! destination's guest may run, so the source's stays paused. Both QEMUs' migration
+//! capabilities and parameters are put back as they were at the end, whatever the outcome.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -169,41 +172,39 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
              (start it with -incoming defer)"
         )));
     }
-    for (q, source) in [(&mut src, true), (&mut dst, false)] {
-        let mut caps = vec![("x-ignore-shared", true), ("return-path", true)];
-        if source {
-            caps.push(("pause-before-switchover", true));
-        }
-        q.set_migration_capabilities(&caps)?;
-    }
-    let mut params = serde_json::json!({ "downtime-limit": downtime_ms });
-    if let Some(b) = max_bandwidth {
-        params["max-bandwidth"] = b.into();
-    }
-    src.set_migration_parameters(params)?;
+    // What memvisor changes on each QEMU, as it was: put back at the end, whatever happens (a
+    // VM left with x-ignore-shared on would lose its shared RAM in a later plain migration).
+    let src_saved = SavedSettings::take(&mut src, SOURCE_CAPABILITIES, SOURCE_PARAMETERS)?;
+    let dst_saved = SavedSettings::take(&mut dst, DESTINATION_CAPABILITIES, &[])?;
 
     // From here on, Ctrl-C (SIGINT, SIGTERM, SIGHUP) rolls both migrations back instead of
     // leaving the source paused at pre-switchover or sending rounds forever.
     memvisor_control::interrupt::install();
     let started = Instant::now();
-    control.migrate(&Request::Migrate {
-        to: args.to.clone(),
-        key_file: key_text,
-        max_bandwidth,
-        downtime_limit_ms: downtime_ms,
-        post_copy,
-    })?;
     let mut run = Migration {
         control: &mut control,
         src: &mut src,
         dst: &mut dst,
+        src_saved,
+        dst_saved,
         was_running,
         qemu_started: false,
         switched_over: false,
         last_print: Instant::now(),
     };
-    match run.drive(&args.device_uri, converge_timeout) {
+    let request = Request::Migrate {
+        to: args.to.clone(),
+        key_file: key_text,
+        max_bandwidth,
+        downtime_limit_ms: downtime_ms,
+        post_copy,
+    };
+    let outcome = run
+        .set_up(downtime_ms, max_bandwidth, &request)
+        .and_then(|()| run.drive(&args.device_uri, converge_timeout));
+    match outcome {
         Ok(summary) => {
+            run.restore_settings();
             print_summary(&summary, started.elapsed());
             Ok(())
         }
@@ -214,11 +215,84 @@ pub fn run(args: MigrateArgs) -> Result<(), MigrateError> {
     }
 }
 
+/// Capabilities memvisor sets on the source QEMU.
+const SOURCE_CAPABILITIES: &[&str] = &["x-ignore-shared", "return-path", "pause-before-switchover"];
+/// Capabilities memvisor sets on the destination QEMU.
+const DESTINATION_CAPABILITIES: &[&str] = &["x-ignore-shared", "return-path"];
+/// Parameters memvisor sets on the source QEMU.
+const SOURCE_PARAMETERS: &[&str] = &["downtime-limit", "max-bandwidth"];
+
+/// QEMU migration statuses after which the device state has gone, or may have: the
+/// destination's guest may run, so the source's must not run again.
+const SWITCHED_OVER: &[&str] = &[
+    "device",
+    "completed",
+    "postcopy-active",
+    "postcopy-paused",
+    "postcopy-recover-setup",
+    "postcopy-recover",
+];
+
+/// The migration capabilities and parameters of one QEMU that memvisor changes, as they were
+/// before: put back after the migration, whether it completed or was rolled back.
+struct SavedSettings {
+    capabilities: Vec<(String, bool)>,
+    parameters: serde_json::Map<String, serde_json::Value>,
+}
+
+impl SavedSettings {
+    /// Reads the present state of `capabilities` and `parameters` on `qmp`.
+    fn take(
+        qmp: &mut QmpClient,
+        capabilities: &[&str],
+        parameters: &[&str],
+    ) -> Result<Self, QmpError> {
+        let all = qmp.query_migration_capabilities()?;
+        let capabilities = capabilities
+            .iter()
+            .map(|name| {
+                let state = all.iter().find(|(n, _)| n == name).is_some_and(|(_, s)| *s);
+                (name.to_string(), state)
+            })
+            .collect();
+        let present = if parameters.is_empty() {
+            serde_json::Value::Null
+        } else {
+            qmp.query_migration_parameters()?
+        };
+        let parameters = parameters
+            .iter()
+            .filter_map(|name| Some((name.to_string(), present.get(*name)?.clone())))
+            .collect();
+        Ok(Self {
+            capabilities,
+            parameters,
+        })
+    }
+
+    /// Sets them back on `qmp` (only possible while no migration is active there).
+    fn restore(&self, qmp: &mut QmpClient) -> Result<(), QmpError> {
+        let caps: Vec<(&str, bool)> = self
+            .capabilities
+            .iter()
+            .map(|(n, s)| (n.as_str(), *s))
+            .collect();
+        qmp.set_migration_capabilities(&caps)?;
+        if !self.parameters.is_empty() {
+            qmp.set_migration_parameters(serde_json::Value::Object(self.parameters.clone()))?;
+        }
+        Ok(())
+    }
+}
+
 /// A running migration's two QMP clients and the source's control socket.
 struct Migration<'a> {
     control: &'a mut ControlClient,
     src: &'a mut QmpClient,
     dst: &'a mut QmpClient,
+    /// The source's and the destination's settings before the migration.
+    src_saved: SavedSettings,
+    dst_saved: SavedSettings,
     was_running: bool,
     qemu_started: bool,
     /// Post-copy: `migrate-continue` was sent with pages still at the source; the
@@ -243,6 +317,53 @@ struct Summary {
 }
 
 impl Migration<'_> {
+    /// Sets QEMU's capabilities and parameters for memvisor's migration on both ends and
+    /// starts the source pager's memory migration (`request`).
+    fn set_up(
+        &mut self,
+        downtime_ms: u64,
+        max_bandwidth: Option<u64>,
+        request: &Request,
+    ) -> Result<(), MigrateError> {
+        let on = |names: &[&'static str]| names.iter().map(|n| (*n, true)).collect::<Vec<_>>();
+        self.src
+            .set_migration_capabilities(&on(SOURCE_CAPABILITIES))?;
+        self.dst
+            .set_migration_capabilities(&on(DESTINATION_CAPABILITIES))?;
+        let mut params = serde_json::json!({ "downtime-limit": downtime_ms });
+        if let Some(b) = max_bandwidth {
+            params["max-bandwidth"] = b.into();
+        }
+        self.src.set_migration_parameters(params)?;
+        self.control.migrate(request)?;
+        Ok(())
+    }
+
+    /// Puts both QEMUs' capabilities and parameters back as they were (a failure is told, not
+    /// fatal: the migration's outcome stands).
+    fn restore_settings(&mut self) {
+        for (qmp, saved, end) in [
+            (&mut *self.src, &self.src_saved, "source"),
+            (&mut *self.dst, &self.dst_saved, "destination"),
+        ] {
+            if let Err(e) = saved.restore(qmp) {
+                eprintln!(
+                    "memvisor: warning: the {end} QEMU's migration capabilities and parameters \
+                     could not be put back: {e}"
+                );
+            }
+        }
+    }
+
+    /// Whether the source QEMU's migration has sent, or may have sent, the device state
+    /// (then the destination's guest may run). Unknown (QMP does not answer) counts as sent:
+    /// two running copies of a guest would be worse than a paused one.
+    fn device_state_may_have_gone(&mut self) -> bool {
+        self.src
+            .query_migrate()
+            .map_or(true, |m| SWITCHED_OVER.contains(&m.status.as_str()))
+    }
+
     fn drive(
         &mut self,
         device_uri: &str,
@@ -287,9 +408,10 @@ impl Migration<'_> {
         // A short push may have finished already (it starts at once): the sender's count of
         // named pages tells, not the state.
         let remote = (memory.post_copy_pages > 0).then_some(memory.post_copy_pages);
-        // From here on the destination may run: a post-copy that fails cannot be undone.
-        self.switched_over = remote.is_some();
         self.src.migrate_continue("pre-switchover")?;
+        // From here on the destination may run: a post-copy that fails cannot be undone. (A
+        // continue that failed may still have been carried out: `roll_back` asks QEMU.)
+        self.switched_over = remote.is_some();
         let info = self.src.wait_migration_status_every(
             &["completed"],
             Duration::from_secs(60),
@@ -430,6 +552,15 @@ impl Migration<'_> {
             );
             return;
         }
+        if self.qemu_started && self.device_state_may_have_gone() {
+            // `migrate-continue` went through (or its answer was lost, or a step after QEMU's
+            // completion failed): the destination's guest may run, so the source's must not.
+            eprintln!(
+                "memvisor: the source QEMU sent (or may have sent) the device state: nothing is \
+                 rolled back, the source guest stays paused; check the destination's state"
+            );
+            return;
+        }
         if self.control.migrate(&Request::MigrateCancel).is_ok() {
             let until = Instant::now() + Duration::from_secs(30);
             while Instant::now() < until {
@@ -453,6 +584,7 @@ impl Migration<'_> {
                 }
             }
         }
+        self.restore_settings();
     }
 }
 

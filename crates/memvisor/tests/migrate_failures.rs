@@ -107,6 +107,10 @@ fn a_killed_destination_leaves_the_source_running() {
     let m = src.migration();
     assert_eq!(m.state, "failed", "{m:?}");
     assert_eq!(src.run_state(), "running");
+    // The rolled-back source is as before: no capability of memvisor's left on.
+    for cap in ["x-ignore-shared", "return-path", "pause-before-switchover"] {
+        assert!(!src.capability(cap), "source {cap} left on");
+    }
     drop(dst);
     src.verifies(FINISH);
 }

@@ -73,6 +73,12 @@ fn check_migrated_and_verified(
         src.qmp("query-status").contains("postmigrate"),
         "the source stopped after the switchover"
     );
+    // memvisor's capabilities are off again on both ends (a later plain migration of the
+    // destination's guest must send its RAM).
+    for cap in ["x-ignore-shared", "return-path", "pause-before-switchover"] {
+        assert!(!src.capability(cap), "source {cap} left on");
+        assert!(!dst.capability(cap), "destination {cap} left on");
+    }
     let _ = src.qmp("quit");
     drop(src.guest.take());
 

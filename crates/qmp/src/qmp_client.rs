@@ -187,6 +187,35 @@ impl QmpClient {
         .map(drop)
     }
 
+    /// `query-migrate-capabilities`: every migration capability and its state.
+    pub fn query_migration_capabilities(&mut self) -> Result<Vec<(String, bool)>, QmpError> {
+        let value = self.execute("query-migrate-capabilities", None)?;
+        let Some(list) = value.as_array() else {
+            return Err(
+                self.unexpected("query-migrate-capabilities", format!("not a list: {value}"))
+            );
+        };
+        list.iter()
+            .map(|c| {
+                match (
+                    c.get("capability").and_then(Value::as_str),
+                    c.get("state").and_then(Value::as_bool),
+                ) {
+                    (Some(name), Some(state)) => Ok((name.to_string(), state)),
+                    _ => Err(self.unexpected(
+                        "query-migrate-capabilities",
+                        format!("an entry without capability and state: {c}"),
+                    )),
+                }
+            })
+            .collect()
+    }
+
+    /// `query-migrate-parameters`: the migration parameters, as QEMU returns them.
+    pub fn query_migration_parameters(&mut self) -> Result<Value, QmpError> {
+        self.execute("query-migrate-parameters", None)
+    }
+
     /// `migrate-set-parameters` with `parameters` as its arguments
     /// (`{"downtime-limit": 300, "max-bandwidth": 1073741824}`).
     pub fn set_migration_parameters(&mut self, parameters: Value) -> Result<(), QmpError> {

@@ -126,6 +126,21 @@ impl MigrationEnd {
     }
 
     /// One QMP command on this end's socket; its reply (or error) as text.
+    /// The state of migration capability `name` (`query-migrate-capabilities`).
+    pub fn capability(&self, name: &str) -> bool {
+        let mut c = memvisor_qmp::QmpClient::connect(
+            &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        c.query_migration_capabilities()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no capability {name}"))
+            .1
+    }
+
     pub fn qmp(&self, command: &str) -> String {
         let mut c = memvisor_qmp::QmpClient::connect(
             &memvisor_qmp::QmpAddress::Unix(self.qmp.clone()),
