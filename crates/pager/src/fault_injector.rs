@@ -15,6 +15,8 @@ pub struct FaultInjector {
     write_count: AtomicU32,
     read_errno: AtomicI32,
     read_count: AtomicU32,
+    /// Reads that still succeed before the armed read failures.
+    read_skip: AtomicU32,
     corrupt_count: AtomicU32,
 }
 
@@ -32,7 +34,14 @@ impl FaultInjector {
 
     /// The next `count` chunk reads fail with `errno`.
     pub fn fail_reads(&self, errno: i32, count: u32) {
+        self.fail_reads_after(0, errno, count);
+    }
+
+    /// After `skip` more reads succeed, the next `count` fail with `errno` (a page read on its
+    /// own that succeeds, then the read of its chunk that fails).
+    pub fn fail_reads_after(&self, skip: u32, errno: i32, count: u32) {
         self.read_errno.store(errno, Ordering::SeqCst);
+        self.read_skip.store(skip, Ordering::SeqCst);
         self.read_count.store(count, Ordering::SeqCst);
     }
 
@@ -57,6 +66,9 @@ impl FaultInjector {
     }
 
     pub(crate) fn before_read(&self) -> io::Result<()> {
+        if self.read_count.load(Ordering::SeqCst) > 0 && Self::take(&self.read_skip) {
+            return Ok(());
+        }
         if Self::take(&self.read_count) {
             return Err(io::Error::from_raw_os_error(
                 self.read_errno.load(Ordering::SeqCst),

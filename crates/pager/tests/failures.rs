@@ -435,3 +435,60 @@ fn a_failed_read_of_a_page_that_left_memory_clean_poisons_it() {
         assert_eq!(region.stats().read_errors, 1, "{mode:?}");
     }
 }
+
+/// Asynchronous page-in maps the faulting page first and wakes its thread, then reads the rest
+/// of the chunk. If that read fails, the faulting page, which its thread may have written by
+/// then, must stay: resident, with the thread's bytes (the rest of the chunk is poisoned, as any
+/// failed read). It used to be left out of the chunk table and punched with the rest.
+#[test]
+fn a_failed_chunk_read_keeps_the_page_mapped_first() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(FaultInjector::new());
+    let region = Region::new(
+        RegionConfig::new(4 * chunk, chunk, dir.path())
+            .chunk_size(chunk)
+            .page_in_unit(PageInUnit::Chunk)
+            .async_page_in(true)
+            .fault_injector(inj.clone())
+            .log_errors(false),
+    )
+    .unwrap();
+    for p in 0..4 {
+        write(&region, p * ps, &[p as u8 + 1; 64]);
+    }
+    write(&region, chunk, &[0xAA; 16]); // chunk 0 leaves memory, written to swap
+    assert!(region.stats().swapped_chunks >= 1);
+    // The page read on its own succeeds, the chunk's read fails.
+    inj.fail_reads_after(1, libc::EIO, 1);
+    write(&region, 2 * ps + 8, &[0x55; 8]); // faults on page 2 of chunk 0, then writes it
+                                            // The thread ran on as soon as its page was mapped: the handler's command queue is served
+                                            // once the rest of the page-in is over.
+    region.barrier().unwrap();
+    inj.fail_reads(libc::EIO, 0);
+    let s = region.stats();
+    assert_eq!(s.read_errors, 1, "{s:?}");
+    assert!(s.early_wakes >= 1, "the page was mapped first: {s:?}");
+    let got = common::kernel_reads(&region, 2 * ps, 16).expect("page 2 stays readable");
+    assert_eq!(&got[..8], &[3u8; 8], "page 2 keeps its stored bytes");
+    assert_eq!(
+        &got[8..16],
+        &[0x55; 8],
+        "and the write made after the early wake"
+    );
+    // The pages whose read failed are poisoned: a kernel read of them is EFAULT.
+    assert_eq!(
+        common::kernel_reads(&region, 0, 16)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    // Evicted and read back, page 2 still holds what was written.
+    write(&region, 3 * chunk, &[0xBB; 16]);
+    let got = common::kernel_reads(&region, 2 * ps, 16).expect("page 2 after eviction");
+    assert_eq!(&got[8..16], &[0x55; 8]);
+}

@@ -489,9 +489,18 @@ impl FaultHandler {
             let early = if whole_chunk && whole_chunk_out {
                 self.map_faulting_page_first(c, start, buf)
             } else {
-                Ok(())
+                Ok(None)
             };
-            early.and_then(|()| self.read_stored(c, first, buf))
+            early.and_then(|mapped| {
+                if let Some(page) = mapped {
+                    // Resident from now on, whatever happens to the rest of the chunk: its
+                    // thread runs and may write it, so no failure below may drop or poison it
+                    // (the runs a failure loses are the pages not resident).
+                    done.mapped.push((page, 1));
+                    done.bytes_read = pg;
+                }
+                self.read_stored(c, first, buf)
+            })
         };
         add(&self.stats().swap_read_nanos, nanos(t));
         // SAFETY: as above (the buffer may have been swapped with the prefetcher's).
@@ -597,34 +606,32 @@ impl FaultHandler {
 
     /// Asynchronous page-in (seed 003, section 4.3): reads the faulting page of chunk `c` (at
     /// `start`) on its own, verifies it, maps it and wakes the thread waiting on it; the caller
-    /// then reads and maps the rest of the chunk around it. A failed page read fails the
-    /// page-in; anything else (off, the page not stored, a mapping error) leaves the
-    /// whole-chunk path to do everything.
+    /// then reads and maps the rest of the chunk around it. Returns the page if it was mapped
+    /// (the caller counts it resident at once: its thread runs and may write it, whatever
+    /// happens to the rest). A failed page read fails the page-in; anything else (off, the
+    /// page not stored, a mapping error) leaves the whole-chunk path to do everything.
     fn map_faulting_page_first(
         &mut self,
         c: usize,
         start: usize,
         buf: &mut [u8],
-    ) -> Result<(), ReadError> {
+    ) -> Result<Option<usize>, ReadError> {
         let Some(offset) = self.fault_offset.take() else {
-            return Ok(());
+            return Ok(None);
         };
         if !self.page_in_options.async_page_in
             || offset < start
             || self.is_image_page(c, (offset - start) / self.memory.page)
         {
-            return Ok(());
+            return Ok(None);
         }
         let in_chunk = offset - start;
+        let page = in_chunk / self.memory.page;
         let Some(page_buf) = buf.get_mut(in_chunk..in_chunk + self.memory.page) else {
-            return Ok(());
+            return Ok(None);
         };
-        if self
-            .io
-            .read_page(c, in_chunk / self.memory.page, page_buf)?
-            == 0
-        {
-            return Ok(());
+        if self.io.read_page(c, page, page_buf)? == 0 {
+            return Ok(None);
         }
         if self
             .fill_wake(
@@ -636,8 +643,9 @@ impl FaultHandler {
             .is_ok()
         {
             add(&self.stats().early_wakes, 1);
+            return Ok(Some(page));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Reads pages `first..` of chunk `c` into `buf` (the bounce buffer or the pages' alias
