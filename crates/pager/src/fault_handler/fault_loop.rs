@@ -548,6 +548,19 @@ impl FaultHandler {
         how: Fill<'_>,
         wake: bool,
     ) -> io::Result<()> {
+        self.fill_wake_counted(start, len, how, wake)
+            .map_err(|(_, e)| e)
+    }
+
+    /// [`fill_wake`](Self::fill_wake); a failure also says how many bytes from `start` were
+    /// mapped before it (whole pages): they are in memory, and the caller must count them.
+    pub(super) fn fill_wake_counted(
+        &self,
+        start: usize,
+        len: usize,
+        how: Fill<'_>,
+        wake: bool,
+    ) -> Result<(), (usize, io::Error)> {
         let mut done = 0;
         let mut again = 0;
         let wp = self.pagemap.is_some();
@@ -582,7 +595,7 @@ impl FaultHandler {
                         again += 1;
                         done += n - n % self.memory.page;
                     }
-                    _ => return Err(error),
+                    _ => return Err((done + n - n % self.memory.page, error)),
                 },
             }
         }

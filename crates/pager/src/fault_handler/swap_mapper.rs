@@ -128,15 +128,29 @@ impl FaultHandler {
                     .count();
                 let (s, l) = (start + f * pg, k * pg);
                 let mapped = match self.page_in_options.resolve {
-                    ResolveMode::AliasContinue => self
-                        .memory
-                        .memfd
-                        .allocate(s, l)
-                        .and_then(|()| self.fill_wake(s, l, Fill::Continue, true)),
-                    ResolveMode::Copy => self.fill_wake(s, l, Fill::Zero, true),
+                    ResolveMode::AliasContinue => match self.memory.memfd.allocate(s, l) {
+                        Ok(()) => self.fill_wake_counted(s, l, Fill::Continue, true),
+                        Err(e) => Err((0, e)),
+                    },
+                    ResolveMode::Copy => self.fill_wake_counted(s, l, Fill::Zero, true),
                 };
-                if let Err(e) = mapped {
-                    // Left to the faults of the read itself (which page them in as usual).
+                if let Err((bytes, e)) = mapped {
+                    // The pages mapped before the failure are in memory (zeros the read will
+                    // overwrite): counted as such. The rest is left to the faults of the read
+                    // itself, which page them in as usual.
+                    if bytes >= pg {
+                        done.push_mapped((f, bytes / pg));
+                    }
+                    if let ResolveMode::AliasContinue = self.page_in_options.resolve {
+                        // Allocated in the memfd but not mapped: not resident, so not there.
+                        let rest = (f + bytes / pg, k - bytes / pg);
+                        let (rs, rl) = (start + rest.0 * pg, rest.1 * pg);
+                        if rl > 0 {
+                            if let Err(e) = self.memory.memfd.punch_hole(rs, rl) {
+                                self.memory_error("punch (false-read preventer)", rs, rl, e);
+                            }
+                        }
+                    }
                     self.memory_error("map zero pages (false-read preventer)", s, l, e);
                     break;
                 }
