@@ -157,12 +157,15 @@ impl FaultHandler {
         }
     }
 
-    /// Gives resident chunk `v` back to the policy (evicting another if it is full).
+    /// Gives resident chunk `v` back to the policy (evicting another if it is full). The
+    /// chunk the handler is working on (`pinned_chunk`: a write completing while a page-in
+    /// waits for its read leads here) is never evicted: it stays resident outside the policy
+    /// (overrun), as `v` does when the policy declines it.
     fn readmit(&mut self, v: usize) {
         if let Some(victim) = self.policy.admit(v as u64) {
             let victim = victim as usize;
-            if victim == v {
-                self.push_overrun(v);
+            if victim == v || Some(victim) == self.pinned_chunk {
+                self.push_overrun(victim);
             } else {
                 self.evict_or_overrun(victim);
             }

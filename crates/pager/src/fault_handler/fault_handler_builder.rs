@@ -110,6 +110,7 @@ impl FaultHandlerBuilder<'_> {
             page_reads_done: Vec::new(),
             images: ImageBlocks::new(region_pages),
             fault_offset: None,
+            pinned_chunk: None,
             uffd_error_logged: false,
             migration_buffer: None,
             remote_waits: Vec::new(),

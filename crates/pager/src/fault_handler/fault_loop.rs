@@ -69,6 +69,10 @@ pub(crate) struct FaultHandler {
     /// The swap mapper's associations of pages with image blocks.
     pub(super) images: ImageBlocks,
     /// Region offset of the page whose fault started the page-in being served.
+    /// The chunk the handler is working on while it may evict others (its stored pages being
+    /// read, see `read_stored`; a page brought back before an image write, see
+    /// `image_written`): no eviction may take it, however it is reached.
+    pub(super) pinned_chunk: Option<usize>,
     pub(super) fault_offset: Option<usize>,
     pub(super) uffd_error_logged: bool,
     /// Page-aligned buffer for a live migration's swap reads and writes, while one runs.

@@ -661,7 +661,9 @@ impl FaultHandler {
         match unsafe { self.io.start_read(c, first, buf) } {
             ReadStart::Done(r) => r,
             ReadStart::InFlight => {
+                let outer = self.pinned_chunk.replace(c);
                 self.keep_headroom_for(buf.len() / self.memory.page, Some(c));
+                self.pinned_chunk = outer;
                 self.io.finish_read(c, first, buf)
             }
         }

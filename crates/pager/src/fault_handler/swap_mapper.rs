@@ -250,9 +250,13 @@ impl FaultHandler {
             let (c, p) = self.chunk_page(rp);
             self.wait_for_write(c);
             if !self.chunks.is_page_resident(c, p) {
-                // Bring the old block in before it changes (page-in reads it and checks it).
+                // Bring the old block in before it changes (page-in reads it and checks it),
+                // and keep it: a write completing meanwhile must not evict the chunk again
+                // before the association ends (the page would then be nowhere).
+                let outer = self.pinned_chunk.replace(c);
                 self.page_in(c, p, PageInSpan::Page);
                 self.wait_for_write(c);
+                self.pinned_chunk = outer;
             }
             if self.images.remove(rp).is_some() {
                 sub(&self.stats().image_pages, 1);
