@@ -368,6 +368,19 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             args.on_swap_full
         ));
     }
+    if let Some(drive) = unpinnable_direct_io(&args.command) {
+        warnings.push(format!(
+            "QEMU option '{drive}' reads the disk with O_DIRECT through {} submissions, which \
+             memvisor cannot see: a page it evicts while such a read fills it would lose the \
+             read's data. Use aio=threads (QEMU's default) with cache=none, or a cache mode \
+             without O_DIRECT.",
+            if drive.contains("io_uring") {
+                "io_uring"
+            } else {
+                "Linux AIO"
+            }
+        ));
+    }
     let migration_in = match (&args.migration_listen, &args.migration_key) {
         (Some(addr), Some(key)) => Some(migration_destination(addr, key)?),
         _ => None,
@@ -389,6 +402,34 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         host_cache,
         image_cache,
         warnings,
+    })
+}
+
+/// The first QEMU drive option in `command` that reads with `O_DIRECT` (`cache=none`,
+/// `cache=directsync`, `cache.direct=on`, `"direct": true`) through `aio=native` or
+/// `aio=io_uring`: submissions the preload library never sees, so it cannot pin the pages the
+/// device fills against eviction (as it does for `aio=threads`' reads).
+fn unpinnable_direct_io(command: &[OsString]) -> Option<String> {
+    command.iter().skip(1).find_map(|a| {
+        let a = a.to_string_lossy();
+        let t = a.replace(' ', "");
+        let direct = [
+            "cache=none",
+            "cache=directsync",
+            "cache.direct=on",
+            "\"direct\":true",
+        ]
+        .iter()
+        .any(|d| t.contains(d));
+        let unseen = [
+            "aio=native",
+            "aio=io_uring",
+            "\"aio\":\"native\"",
+            "\"aio\":\"io_uring\"",
+        ]
+        .iter()
+        .any(|d| t.contains(d));
+        (direct && unseen).then(|| a.into_owned())
     })
 }
 
@@ -562,7 +603,43 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_micros;
+    use super::{parse_micros, unpinnable_direct_io};
+    use std::ffi::OsString;
+
+    #[test]
+    fn direct_io_the_library_cannot_see_is_found() {
+        let cmd = |args: &[&str]| -> Vec<OsString> { args.iter().map(OsString::from).collect() };
+        for (args, found) in [
+            (
+                &["qemu", "-drive", "file=d.img,cache=none,aio=native"][..],
+                true,
+            ),
+            (
+                &["qemu", "-drive", "file=d.img,cache.direct=on,aio=io_uring"][..],
+                true,
+            ),
+            (
+                &[
+                    "qemu",
+                    "-blockdev",
+                    r#"{"driver":"file","aio": "native","cache":{"direct":true}}"#,
+                ][..],
+                true,
+            ),
+            (&["qemu", "-drive", "file=d.img,cache=none"][..], false),
+            (&["qemu", "-drive", "file=d.img,aio=io_uring"][..], false),
+            (
+                &["qemu", "-drive", "file=d.img,cache=writeback,aio=native"][..],
+                false,
+            ),
+        ] {
+            assert_eq!(
+                unpinnable_direct_io(&cmd(args)).is_some(),
+                found,
+                "{args:?}"
+            );
+        }
+    }
 
     #[test]
     fn busy_poll_durations() {

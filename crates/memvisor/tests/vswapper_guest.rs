@@ -208,6 +208,35 @@ fn guests_with_io_uring_and_native_aio_verify_with_the_swap_mapper_on() {
     }
 }
 
+/// `cache=none` with QEMU's default `aio=threads`: the workers read the image with `O_DIRECT`
+/// straight into guest RAM, the device writing into pinned pages; the library pins their
+/// chunks against eviction for each read (`direct_io_reads.rs`), and the guest, paging under
+/// its budget, must verify every byte of two passes over its disk.
+#[test]
+fn a_guest_reading_its_disk_with_direct_io_verifies() {
+    let Some(image) = image_or_skip("a_guest_reading_its_disk_with_direct_io_verifies") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    image.make_disk_image(&disk, 256).unwrap();
+    let pass = "disk /dev/vda seq --reads 65536 --verify";
+    let config = GuestConfig::new(512, format!("{pass}; {pass}"))
+        .backend(MemoryBackend::Memfd)
+        .disk(DiskConfig::new(&disk).cache(DiskCache::None))
+        .timeout(Duration::from_secs(240));
+    let r = run_guest(&image, &config, "128M", true);
+    eprintln!("{}", summary("threads, cache=none", &r));
+    check_verified(&r.run, 2, 256 * MIB);
+    let g = &r.guest;
+    assert_eq!(
+        g.read_errors + g.write_errors + g.poisoned_chunks,
+        0,
+        "{g:?}"
+    );
+    assert!(g.bytes_written > 0, "the guest did not page: {g:?}");
+}
+
 /// Free page reporting (virtio-balloon): the guest frees 256 MiB it had written (most of it
 /// paged out under the 128 MiB budget) and reports the free pages; QEMU discards them with
 /// `fallocate(PUNCH_HOLE)` on the guest-RAM memfd, which the preload library turns into

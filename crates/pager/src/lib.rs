@@ -42,6 +42,7 @@ mod chunk_prefetcher;
 pub mod crc32c;
 mod demand_reader;
 mod device_readahead;
+mod direct_io_pins;
 mod error_log;
 mod event_fd;
 mod fault_handler;
@@ -81,6 +82,7 @@ pub mod userfaultfd;
 mod write_job;
 
 pub use cachestat::{cachestat, CacheStat};
+pub use direct_io_pins::DirectIoPin;
 pub use fault_injector::FaultInjector;
 pub use host_cache::{HostCache, HostCacheStats};
 pub use image_cache_model::{ImageCacheFigures, ImageCacheModel};

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use memvisor_policy::PolicySpec;
 
+use crate::direct_io_pins::{DirectIoPin, DirectIoPins};
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::fault_handler::{FaultHandler, HandlerShared, RegionMemory};
@@ -169,6 +170,7 @@ impl Region {
             policy: Mutex::new(config.policy.to_string()),
             residency: Arc::new(ResidencyHint::new(len / page_size())),
             remote: RemotePages::new(EventFd::new().map_err(mem_err("eventfd"))?),
+            pins: DirectIoPins::new(chunks),
             running: Mutex::new(false),
             started: Condvar::new(),
         });
@@ -333,6 +335,17 @@ impl Region {
         self.shared
             .commands
             .submit(self.name(), RegionCommand::PrepareOverwrite { offset, len })
+    }
+
+    /// A direct-I/O read (`O_DIRECT`) is about to fill `[offset, offset + len)`: the chunks
+    /// it touches are not evicted until the returned pin is dropped (after the read returned).
+    /// The kernel pins the buffer's pages while the device writes them, and an eviction
+    /// meanwhile would lose what it wrote (`direct_io_pins.rs`).
+    pub fn pin_for_direct_io(&self, offset: usize, len: usize) -> Result<DirectIoPin, PagerError> {
+        self.check_range("pin_for_direct_io", offset, len)?;
+        let cs = self.chunk_size;
+        let chunks = offset / cs..(offset + len).div_ceil(cs);
+        Ok(DirectIoPin::new(self.shared.clone(), chunks))
     }
 
     /// Whether every page that `[offset, offset + len)` covers whole was resident when the

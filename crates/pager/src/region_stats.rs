@@ -66,6 +66,9 @@ pub struct RegionStats {
     /// Asynchronous page-in: page-ins whose faulting thread was released as soon as its own
     /// page was read and verified, before the rest of the chunk.
     pub early_wakes: u64,
+    /// Evictions put off because a direct-I/O read was filling the chunk (it stayed as
+    /// overrun).
+    pub pinned_evictions_skipped: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -171,6 +174,7 @@ pub(crate) struct StatsCounters {
     pub readahead_reads: AtomicU64,
     pub readahead_hits: AtomicU64,
     pub early_wakes: AtomicU64,
+    pub pinned_evictions_skipped: AtomicU64,
     pub image_pages: AtomicU64,
     pub swap_write_bytes_avoided: AtomicU64,
     pub image_read_bytes: AtomicU64,
@@ -292,6 +296,7 @@ impl StatsCounters {
             readahead_reads: g(&self.readahead_reads),
             readahead_hits: g(&self.readahead_hits),
             early_wakes: g(&self.early_wakes),
+            pinned_evictions_skipped: g(&self.pinned_evictions_skipped),
             image_pages: g(&self.image_pages),
             swap_write_bytes_avoided: g(&self.swap_write_bytes_avoided),
             image_read_bytes: g(&self.image_read_bytes),

@@ -492,3 +492,59 @@ fn a_failed_chunk_read_keeps_the_page_mapped_first() {
     let got = common::kernel_reads(&region, 2 * ps, 16).expect("page 2 after eviction");
     assert_eq!(&got[8..16], &[0x55; 8]);
 }
+
+/// A chunk pinned for a direct-I/O read (the kernel writing into its pages from a device) is
+/// not evicted while pinned, however hard the budget presses: it stays resident, and goes once
+/// the pin is dropped, its data intact.
+#[test]
+fn a_chunk_pinned_for_direct_io_is_not_evicted_until_unpinned() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunk = 4 * ps;
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::new(
+        RegionConfig::new(6 * chunk, 2 * chunk, dir.path())
+            .chunk_size(chunk)
+            .log_errors(false),
+    )
+    .unwrap();
+    let mut data = vec![0u8; chunk];
+    pattern(7, &mut data);
+    write(&region, 0, &data);
+    let pin = region.pin_for_direct_io(ps, 2 * ps).unwrap();
+    for round in 0..3 {
+        for c in 1..6 {
+            write(&region, c * chunk, &[round as u8 + c as u8; 64]);
+        }
+    }
+    assert!(
+        region.covered_pages_resident(0, chunk),
+        "the pinned chunk stayed: {:?}",
+        region.stats()
+    );
+    assert!(
+        region.stats().pinned_evictions_skipped > 0,
+        "{:?}",
+        region.stats()
+    );
+    drop(pin);
+    for round in 0..3 {
+        for c in 1..6 {
+            write(&region, c * chunk, &[round as u8 + c as u8; 64]);
+        }
+    }
+    assert!(
+        !region.covered_pages_resident(0, chunk),
+        "unpinned, it was evicted: {:?}",
+        region.stats()
+    );
+    let mut back = vec![0u8; chunk];
+    read(&region, 0, &mut back);
+    assert!(back == data, "its data came back intact");
+    assert!(
+        region.pin_for_direct_io(6 * chunk, 1).is_err(),
+        "outside the region"
+    );
+}

@@ -6,6 +6,7 @@
 
 use libc::{c_int, c_uint, c_void, iovec, loff_t, off_t, size_t, ssize_t};
 
+use crate::direct_io_reads::DirectIoReads;
 use crate::image_io;
 use crate::raw_calls::{self as real, set_errno};
 
@@ -46,6 +47,7 @@ macro_rules! pread_entry {
         /// As `pread(2)`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+            let _pinned = DirectIoReads::pin(fd, std::iter::once((buf as usize, n)));
             image_io::read(fd, &[(buf as usize, n)], off, 0, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::pread(fd, buf, n, off) }
@@ -87,12 +89,14 @@ macro_rules! preadv_entry {
                 set_errno(libc::EINVAL);
                 return -1;
             }
+            // SAFETY: the program passes `iovcnt` iovecs at `iov`, unchanged during the call.
+            let vecs = unsafe { iovecs(iov, iovcnt) };
+            let _pinned = DirectIoReads::pin(fd, vecs.iter().map(|v| (v.iov_base as usize, v.iov_len)));
             if !image_io::watching_reads() {
                 // SAFETY: the program's own arguments, passed on as given.
                 return unsafe { real::preadv2(fd, iov, iovcnt, off, flags) };
             }
-            // SAFETY: the program passes `iovcnt` iovecs at `iov`, unchanged during the call.
-            let bufs = buffers(unsafe { iovecs(iov, iovcnt) });
+            let bufs = buffers(vecs);
             image_io::read(fd, &bufs, off, flags, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::preadv2(fd, iov, iovcnt, off, flags) }

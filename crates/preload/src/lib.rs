@@ -53,6 +53,7 @@
 
 pub mod arena_allocator;
 mod credential_mirror;
+mod direct_io_reads;
 pub mod entry_points;
 pub mod image_entry_points;
 pub mod image_io;

@@ -780,6 +780,25 @@ pub fn with_fixed<R>(slot: usize, f: impl FnOnce(&Region, usize) -> R) -> Option
     Some(f(&region, region.as_ptr() as usize))
 }
 
+/// Pins `[addr, addr + len)` of managed memory (the arena if `owner` is `None`, else fixed
+/// region `owner`) for a direct-I/O read: its chunks are not evicted until the pin is dropped.
+pub fn pin_for_direct_io(
+    addr: usize,
+    len: usize,
+    owner: Option<usize>,
+) -> Option<memvisor_pager::DirectIoPin> {
+    match owner {
+        None => {
+            let r = arena_region()?;
+            r.pin_for_direct_io(addr.checked_sub(r.as_ptr() as usize)?, len)
+                .ok()
+        }
+        Some(slot) => {
+            with_fixed(slot, |r, start| r.pin_for_direct_io(addr - start, len).ok()).flatten()
+        }
+    }
+}
+
 /// Runs `f` on every fixed region (as [`with_fixed`]: outside the state lock).
 pub fn for_each_fixed(mut f: impl FnMut(&Region)) {
     let regions: Vec<Arc<Region>> = lock()

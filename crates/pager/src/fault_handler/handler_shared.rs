@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::direct_io_pins::DirectIoPins;
 use crate::error_log::ErrorLog;
 use crate::event_fd::EventFd;
 use crate::pager_error::PagerError;
@@ -39,6 +40,8 @@ pub(crate) struct HandlerShared {
     pub residency: Arc<ResidencyHint>,
     /// Remote pages (post-copy migration): how many are left, which ones faults wait for.
     pub remote: RemotePages,
+    /// Chunks a direct-I/O read is filling: not evicted until it returns.
+    pub pins: DirectIoPins,
     /// Set (and announced) once the handler thread runs.
     pub running: Mutex<bool>,
     pub started: Condvar,

@@ -79,6 +79,12 @@ impl FaultHandler {
         }
         // The entries are gone, so nobody writes the chunk now: its written state is final.
         self.harvest_dirty(v);
+        // A direct-I/O read that pinned its pages before the entries went is still filling
+        // them: the chunk stays (overrun), its pages in the memfd, mapped again on access.
+        if self.shared.pins.is_pinned(v) {
+            add(&self.stats().pinned_evictions_skipped, 1);
+            return Err(());
+        }
         let pg = self.memory.page;
         let resident = self.chunks.resident_runs(v);
         for &(f, n) in &resident {
