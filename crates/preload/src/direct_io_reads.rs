@@ -14,41 +14,39 @@ use libc::c_int;
 use crate::managed_process::{self as mp, ACTIVE};
 use std::sync::atomic::Ordering;
 
+/// Pins held inline (a read into guest RAM covers one or two ranges): no allocation.
+const INLINE: usize = 4;
+
 /// The pins of one read's buffers, dropped (unpinned) with it.
 #[derive(Debug, Default)]
 pub struct DirectIoReads {
-    pins: Vec<memvisor_pager::DirectIoPin>,
+    inline: [Option<memvisor_pager::DirectIoPin>; INLINE],
+    more: Vec<memvisor_pager::DirectIoPin>,
 }
 
 impl DirectIoReads {
-    /// Pins the managed parts of `buffers` (`(address, length)`) if `fd` is open with
-    /// `O_DIRECT`; nothing otherwise (a buffered read copies into the pages, and a page the
-    /// copy finds gone is faulted back in, as any access).
-    pub fn pin(fd: c_int, buffers: impl Iterator<Item = (usize, usize)>) -> Self {
+    /// Pins the managed parts of `buffers` (`(address, length)`) of a read of `fd`. Only a
+    /// read with `O_DIRECT` needs it (a buffered read copies into the pages, and a page the
+    /// copy finds gone is faulted back in, as any access), but asking the descriptor's flags
+    /// would cost a system call per read, more than the pin (a few atomic operations).
+    pub fn pin(_fd: c_int, buffers: impl Iterator<Item = (usize, usize)>) -> Self {
         let mut reads = Self::default();
         if !ACTIVE.load(Ordering::Acquire) {
             return reads;
         }
-        let mut direct = None;
+        let mut held = 0;
         for (base, len) in buffers {
             let (over, n) = mp::managed_overlaps(base, len);
             for &(s, l, owner) in &over[..n] {
-                // Asked only for a read into managed memory: one fcntl, not one per read.
-                if !*direct.get_or_insert_with(|| is_direct(fd)) {
-                    return reads;
-                }
                 if let Some(pin) = mp::pin_for_direct_io(s, l, owner) {
-                    reads.pins.push(pin);
+                    match reads.inline.get_mut(held) {
+                        Some(slot) => *slot = Some(pin),
+                        None => reads.more.push(pin),
+                    }
+                    held += 1;
                 }
             }
         }
         reads
     }
-}
-
-/// Whether `fd` is open with `O_DIRECT`.
-fn is_direct(fd: c_int) -> bool {
-    // SAFETY: F_GETFL takes no pointer; an invalid descriptor returns -1.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_DIRECT != 0
 }
