@@ -142,18 +142,26 @@ fn signal(pid: u32, sig: libc::c_int) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
-#[test]
-fn broker_divides_by_utility_and_survives_restarts_silence_and_exits() {
-    if !userfaultfd_usable() {
-        return;
-    }
+/// Two `broker_workload`s of 256 MiB under `memvisor run` (control directory `ctl`, swap in
+/// `swap`, both in the returned directory).
+fn two_workloads() -> (tempfile::TempDir, Workload, Workload) {
     let t = tempfile::tempdir().unwrap();
     let prog = compile_c("broker_workload", t.path());
     let ctl = t.path().join("ctl");
     let swap = t.path().join("swap");
     std::fs::create_dir(&swap).unwrap();
-    let mut a = Workload::start(&ctl, &prog, &swap, 256);
-    let mut b = Workload::start(&ctl, &prog, &swap, 256);
+    let a = Workload::start(&ctl, &prog, &swap, 256);
+    let b = Workload::start(&ctl, &prog, &swap, 256);
+    (t, a, b)
+}
+
+#[test]
+fn broker_divides_by_utility_and_survives_restarts_silence_and_exits() {
+    if !userfaultfd_usable() {
+        return;
+    }
+    let (t, mut a, mut b) = two_workloads();
+    let ctl = t.path().join("ctl");
 
     // A loops over 160 MiB (more than its 64M); B is idle. 288M to divide.
     a.say("loop 160");
@@ -261,13 +269,8 @@ fn a_label_limit_two_processes_carry_applies_to_neither() {
     if !userfaultfd_usable() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let prog = compile_c("broker_workload", t.path());
+    let (t, a, b) = two_workloads();
     let ctl = t.path().join("ctl");
-    let swap = t.path().join("swap");
-    std::fs::create_dir(&swap).unwrap();
-    let a = Workload::start(&ctl, &prog, &swap, 256);
-    let b = Workload::start(&ctl, &prog, &swap, 256);
     let broker = BrokerProcess::start(&ctl, &["broker", "--limit", "broker_workload=200M:"]);
     broker.wait_line(
         &[

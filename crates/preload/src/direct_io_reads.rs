@@ -9,8 +9,6 @@
 //! call (`aio=native`'s `io_submit`, `aio=io_uring`) cannot be seen, so cannot be pinned: see
 //! the crate README.
 
-use libc::c_int;
-
 use crate::managed_process::{self as mp, ACTIVE};
 use std::sync::atomic::Ordering;
 
@@ -25,11 +23,11 @@ pub struct DirectIoReads {
 }
 
 impl DirectIoReads {
-    /// Pins the managed parts of `buffers` (`(address, length)`) of a read of `fd`. Only a
-    /// read with `O_DIRECT` needs it (a buffered read copies into the pages, and a page the
+    /// Pins the managed parts of `buffers` (`(address, length)`) of a read. Only a read with
+    /// `O_DIRECT` needs it (a buffered read copies into the pages, and a page the
     /// copy finds gone is faulted back in, as any access), but asking the descriptor's flags
     /// would cost a system call per read, more than the pin (a few atomic operations).
-    pub fn pin(_fd: c_int, buffers: impl Iterator<Item = (usize, usize)>) -> Self {
+    pub fn pin(buffers: impl Iterator<Item = (usize, usize)>) -> Self {
         let mut reads = Self::default();
         if !ACTIVE.load(Ordering::Acquire) {
             return reads;

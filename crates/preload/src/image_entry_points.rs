@@ -47,7 +47,7 @@ macro_rules! pread_entry {
         /// As `pread(2)`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-            let _pinned = DirectIoReads::pin(fd, std::iter::once((buf as usize, n)));
+            let _pinned = DirectIoReads::pin(std::iter::once((buf as usize, n)));
             image_io::read(fd, &[(buf as usize, n)], off, 0, || {
                 // SAFETY: the program's own arguments, passed on as given.
                 unsafe { real::pread(fd, buf, n, off) }
@@ -91,7 +91,7 @@ macro_rules! preadv_entry {
             }
             // SAFETY: the program passes `iovcnt` iovecs at `iov`, unchanged during the call.
             let vecs = unsafe { iovecs(iov, iovcnt) };
-            let _pinned = DirectIoReads::pin(fd, vecs.iter().map(|v| (v.iov_base as usize, v.iov_len)));
+            let _pinned = DirectIoReads::pin(vecs.iter().map(|v| (v.iov_base as usize, v.iov_len)));
             if !image_io::watching_reads() {
                 // SAFETY: the program's own arguments, passed on as given.
                 return unsafe { real::preadv2(fd, iov, iovcnt, off, flags) };

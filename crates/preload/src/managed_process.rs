@@ -714,16 +714,7 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
         }
         return Ok(());
     }
-    p.fixed[i].discards += 1;
-    let r = RegionRef(Arc::as_ptr(&p.fixed[i].region));
-    // SAFETY: the state lock is held until the worker has run this.
-    run_on_worker(move || {
-        // SAFETY: the state lock is held by the waiting caller, so the region is alive.
-        unsafe { r.get() }.discard(addr - start, len).map_err(|e| {
-            eprintln!("memvisor-preload: {e}");
-            libc::EIO
-        })
-    })
+    discard_on_worker(&mut p.fixed[i], addr, len)
 }
 
 /// Discards `[addr, addr + len)` of fixed region `slot` (`MAP_FIXED` over it).
@@ -752,6 +743,12 @@ pub fn fixed_advise(slot: usize, addr: usize, len: usize, advice: c_int) -> Resu
             _ => return Ok(()),
         }
     }
+    discard_on_worker(f, addr, len)
+}
+
+/// Discards `[addr, addr + len)` of fixed region `f` through the library's worker thread and
+/// counts it. `f` is borrowed from the state, whose lock the caller holds until this returns.
+fn discard_on_worker(f: &mut FixedRegion, addr: usize, len: usize) -> Result<(), c_int> {
     let start = f.region.as_ptr() as usize;
     f.discards += 1;
     let r = RegionRef(Arc::as_ptr(&f.region));
