@@ -161,6 +161,9 @@ pub struct RegionStatus {
     pub image_associations_ended_by_guest: u64,
     /// Swap mapper: associations ended because the image block was written.
     pub image_associations_ended_by_image: u64,
+    /// Swap mapper: chunks of the program's own memory that eviction passed over to take one
+    /// an image holds.
+    pub own_chunks_spared: u64,
     /// Page-ins that more budget would have saved, by how much more (cumulative).
     pub refaults: RefaultStatus,
 }

@@ -164,6 +164,13 @@ const FAMILIES: &[Family] = &[
         value: |r| r.image_associations_ended_by_image,
     },
     Family {
+        name: "memvisor_own_chunks_spared_total",
+        kind: "counter",
+        help:
+            "Chunks of the program's own memory that eviction passed over to take one an image holds.",
+        value: |r| r.own_chunks_spared,
+    },
+    Family {
         name: "memvisor_page_in_p99_seconds",
         kind: "gauge",
         help: "99th percentile page-in service time (log2 bucket upper bound).",

@@ -69,6 +69,9 @@ pub struct RegionStats {
     /// Evictions put off because a direct-I/O read was filling the chunk (it stayed as
     /// overrun).
     pub pinned_evictions_skipped: u64,
+    /// Chunks of the program's own memory that eviction passed over to take a chunk an image
+    /// holds (image-first eviction), counted per chunk passed.
+    pub own_chunks_spared: u64,
     /// Chunks dirty tracking reported clean whose checksum said otherwise (then written):
     /// should stay 0.
     pub dirty_tracking_misses: u64,
@@ -175,6 +178,7 @@ pub(crate) struct StatsCounters {
     pub readahead_hits: AtomicU64,
     pub early_wakes: AtomicU64,
     pub pinned_evictions_skipped: AtomicU64,
+    pub own_chunks_spared: AtomicU64,
     pub image_pages: AtomicU64,
     pub swap_write_bytes_avoided: AtomicU64,
     pub image_read_bytes: AtomicU64,
@@ -297,6 +301,7 @@ impl StatsCounters {
             readahead_hits: g(&self.readahead_hits),
             early_wakes: g(&self.early_wakes),
             pinned_evictions_skipped: g(&self.pinned_evictions_skipped),
+            own_chunks_spared: g(&self.own_chunks_spared),
             image_pages: g(&self.image_pages),
             swap_write_bytes_avoided: g(&self.swap_write_bytes_avoided),
             image_read_bytes: g(&self.image_read_bytes),

@@ -47,8 +47,8 @@ pub enum Access {
 ///   [`mark_referenced`](Self::mark_referenced) in the sampled model;
 ///
 /// and, every sample period in both models, [`on_sample`](Self::on_sample). A pager's page-out
-/// worker calls [`evict`](Self::evict) to free room ahead of demand, and [`remove`](Self::remove)
-/// when memory is released.
+/// worker calls [`evict`](Self::evict) (or [`evict_sparing`](Self::evict_sparing)) to free room
+/// ahead of demand, and [`remove`](Self::remove) when memory is released.
 ///
 /// Implementations allocate all their storage at construction: no method allocates in steady
 /// state. Offline policies (Belady's OPT) are told the future at construction.
@@ -114,6 +114,21 @@ pub trait EvictionPolicy: Send {
 
     /// Selects and removes a victim without bringing anything in; `None` if nothing is resident.
     fn evict(&mut self) -> Option<UnitId>;
+
+    /// [`evict`](Self::evict), sparing units whose eviction costs more. `costly(u)` tells
+    /// whether evicting resident `u` costs more (for a pager: its memory must be written out,
+    /// where another unit's is dropped for free).
+    ///
+    /// Contract: returns `None` only if nothing is resident; `costly` is called only on
+    /// resident units (possibly several times each); the victim is a unit the policy's own rule
+    /// accepts, and it is costly only if the policy found no acceptable unit that is not within
+    /// a bounded search (for [`Clock`](crate::Clock): one revolution of the hand past costly
+    /// units). Policies without such a rule use the default, which ignores `costly` and is
+    /// [`evict`](Self::evict).
+    fn evict_sparing(&mut self, costly: &mut dyn FnMut(UnitId) -> bool) -> Option<UnitId> {
+        let _ = costly;
+        self.evict()
+    }
 
     /// Removes resident `unit` (its memory was released); returns whether it was resident.
     fn remove(&mut self, unit: UnitId) -> bool;

@@ -60,6 +60,42 @@ fn check_against_shadow(spec: &PolicySpec, capacity: usize, universe: u64, seed:
             if let Some(v) = p.evict() {
                 assert!(shadow.remove(&v), "{}: evicted {v} not resident", ctx());
             }
+            // And the pager's eviction that spares units it must write out (odd units here):
+            // only resident units are asked about; CLOCK takes an unreferenced even unit if
+            // there was one when the selection began.
+            let cold_clean = shadow.iter().any(|&u| {
+                u % 2 == 0
+                    && !p
+                        .units()
+                        .is_referenced(p.units().slot(u).expect("resident"))
+            });
+            let mut asked_outside = None;
+            let mut costly = |u: u64| {
+                if !shadow.contains(&u) {
+                    asked_outside = Some(u);
+                }
+                u % 2 == 1
+            };
+            if let Some(v) = p.evict_sparing(&mut costly) {
+                assert_eq!(
+                    asked_outside,
+                    None,
+                    "{}: asked about a unit not resident",
+                    ctx()
+                );
+                assert!(
+                    shadow.remove(&v),
+                    "{}: spared eviction {v} not resident",
+                    ctx()
+                );
+                if spec.to_string() == "clock" {
+                    assert!(
+                        v % 2 == 0 || !cold_clean,
+                        "{}: clock evicted costly {v} beside an unreferenced clean unit",
+                        ctx()
+                    );
+                }
+            }
             let r = rng.below(universe);
             assert_eq!(p.remove(r), shadow.remove(&r), "{}: remove {r}", ctx());
         }

@@ -395,6 +395,7 @@ impl ManagedProcess {
                 false_read_bytes_avoided: s.false_read_bytes_avoided,
                 image_associations_ended_by_guest: s.image_associations_ended_by_guest,
                 image_associations_ended_by_image: s.image_associations_ended_by_image,
+                own_chunks_spared: s.own_chunks_spared,
                 refaults: RefaultStatus {
                     unit_bytes: curve.unit_bytes,
                     sub_buckets: curve.sub_buckets,

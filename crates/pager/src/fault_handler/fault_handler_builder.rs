@@ -10,6 +10,7 @@ use memvisor_policy::{EvictionPolicy, RefaultHistory, RefaultScale};
 use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
 use super::image_blocks::ImageBlocks;
+use super::image_first::ImageFirst;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::region_memory::RegionMemory;
 use super::{FaultHandler, HandlerShared};
@@ -87,6 +88,7 @@ impl FaultHandlerBuilder<'_> {
         let pages_per_chunk = memory.chunk_size / memory.page;
         let region_pages = memory.len / memory.page;
         let residency = shared.residency.clone();
+        let image_first = ImageFirst::new(chunks, pagemap.is_some());
         Ok(FaultHandler {
             shared,
             uffd,
@@ -106,6 +108,7 @@ impl FaultHandlerBuilder<'_> {
                 refault_scale(pages_per_chunk),
                 region_pages as u64,
             ),
+            image_first,
             page_reads: Vec::new(),
             page_reads_done: Vec::new(),
             images: ImageBlocks::new(region_pages),

@@ -22,6 +22,7 @@ use super::busy_poll::{BusyPoll, PollStretch};
 use super::chunk_table::{ChunkState, ChunkTable};
 use super::handler_shared::HandlerShared;
 use super::image_blocks::ImageBlocks;
+use super::image_first::ImageFirst;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
@@ -62,6 +63,8 @@ pub(crate) struct FaultHandler {
     pub(super) pattern: AccessPattern,
     /// Eviction stamps of chunks: the distance of each refault.
     pub(super) refault_history: RefaultHistory,
+    /// Whether eviction takes image chunks before the program's own, and its guard.
+    pub(super) image_first: ImageFirst,
     /// Parallel page reads in flight.
     pub(super) page_reads: Vec<PendingPageRead>,
     /// Reused buffer of finished page reads.

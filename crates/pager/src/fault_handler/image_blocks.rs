@@ -99,7 +99,6 @@ impl ImageBlocks {
     }
 
     /// How many pages are associated.
-    #[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))] // the invariant check's
     pub fn len(&self) -> usize {
         self.associated
     }

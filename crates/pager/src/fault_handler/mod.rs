@@ -40,6 +40,7 @@ mod fault_handler_builder;
 mod fault_loop;
 mod handler_shared;
 mod image_blocks;
+mod image_first;
 mod migration;
 mod options;
 mod page_in;

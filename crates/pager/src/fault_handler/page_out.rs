@@ -8,9 +8,12 @@
 
 use std::time::Instant;
 
+use super::chunk_table::ChunkTable;
 use super::fault_loop::nanos;
+use super::region_memory::RegionMemory;
 use super::swap_mapper::ImageFate;
 use super::{ChunkState, FaultHandler};
+use crate::pagemap::Pagemap;
 use crate::region_stats::{add, sub};
 use crate::swap_file::{is_zero, WriteOutcome};
 
@@ -185,38 +188,23 @@ impl FaultHandler {
 
     /// [`harvest_dirty`](Self::harvest_dirty) of pages `first..first + n` of chunk `c` only.
     pub(super) fn harvest_dirty_in(&mut self, c: usize, first: usize, n: usize) {
-        let pg = self.memory.page;
-        let start = self.chunk_range(c).0 + first * pg;
-        let len = n * pg;
-        let ranges = match &self.pagemap {
-            None => None,
-            Some(p) => match p.written(self.memory.base + start, len) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    self.memory_error("PAGEMAP_SCAN", start, len, e);
-                    None
-                }
-            },
-        };
-        let Some(ranges) = ranges else {
-            for (f, k) in self
-                .chunks
-                .runs_in(c, first, n, |p| self.chunks.is_page_resident(c, p))
-            {
-                self.chunks.set_written(c, f, k, true);
+        let harvested = self
+            .pagemap
+            .as_ref()
+            .map(|p| harvest_written(&mut self.chunks, p, &self.memory, c, first, n));
+        match harvested {
+            Some(Ok(())) => return,
+            Some(Err(e)) => {
+                let start = self.chunk_range(c).0 + first * self.memory.page;
+                self.memory_error("PAGEMAP_SCAN", start, n * self.memory.page, e);
             }
-            return;
-        };
-        let base = (self.memory.base + start) as u64;
-        for r in ranges {
-            let from = first + ((r.start - base) as usize) / pg;
-            let end = (first + ((r.end - base) as usize) / pg).min(first + n);
-            // Pages without an entry read as written: only resident ones count.
-            for p in from..end {
-                if self.chunks.is_page_resident(c, p) {
-                    self.chunks.set_written(c, p, 1, true);
-                }
-            }
+            None => {}
+        }
+        for (f, k) in self
+            .chunks
+            .runs_in(c, first, n, |p| self.chunks.is_page_resident(c, p))
+        {
+            self.chunks.set_written(c, f, k, true);
         }
     }
 
@@ -237,4 +225,32 @@ impl FaultHandler {
         }
         Ok(())
     }
+}
+
+/// Marks the resident pages among pages `first..first + n` of chunk `c` that the page tables
+/// report written since they were last write-protected as written in `chunks` (sticky; the
+/// protection stays as it is); an error if the scan failed, nothing marked.
+pub(super) fn harvest_written(
+    chunks: &mut ChunkTable,
+    pagemap: &Pagemap,
+    memory: &RegionMemory,
+    c: usize,
+    first: usize,
+    n: usize,
+) -> std::io::Result<()> {
+    let pg = memory.page;
+    let start = memory.chunk_range(c).0 + first * pg;
+    let ranges = pagemap.written(memory.base + start, n * pg)?;
+    let base = (memory.base + start) as u64;
+    for r in ranges {
+        let from = first + ((r.start - base) as usize) / pg;
+        let end = (first + ((r.end - base) as usize) / pg).min(first + n);
+        // Pages without an entry read as written: only resident ones count.
+        for p in from..end {
+            if chunks.is_page_resident(c, p) {
+                chunks.set_written(c, p, 1, true);
+            }
+        }
+    }
+    Ok(())
 }

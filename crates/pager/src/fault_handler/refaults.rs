@@ -3,6 +3,8 @@
 //! that read a stamped chunk back count as refaults, discards drop the stamp (a discarded
 //! chunk's next page-in is a fresh zero page, not a refault).
 
+use memvisor_policy::Refault;
+
 use super::FaultHandler;
 
 impl FaultHandler {
@@ -18,11 +20,19 @@ impl FaultHandler {
     pub(super) fn note_refault(&mut self, c: usize) {
         if let Some(r) = self.refault_history.refault(c) {
             self.shared.refaults.record(r);
+            let near = match r {
+                Refault::Bucket(k) => {
+                    self.refault_history.scale().upper(k) <= self.budget_pages as u64
+                }
+                Refault::Beyond => false,
+            };
+            self.image_first.refaulted(c, near);
         }
     }
 
     /// Chunk `c`'s content was discarded.
     pub(super) fn forget_eviction(&mut self, c: usize) {
         self.refault_history.forget(c);
+        self.image_first.forget(c);
     }
 }

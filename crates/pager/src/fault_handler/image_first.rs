@@ -1,0 +1,264 @@
+//! [`ImageFirst`]: eviction that takes chunks a disk image holds before chunks of the
+//! program's own memory, while they are as cold (seed 004, VSwapper, on the host's side).
+//!
+//! With the swap mapper, a guest page read from its disk image is associated with the image
+//! block: evicting it writes nothing, and a refault reads the block back. The host kernel
+//! treats such pages as file pages and reclaims them before it swaps anonymous memory (its
+//! file and anonymous lists, balanced by refaults); VSwapper's mapped pages get that
+//! treatment. memvisor ranks chunks with one policy, so it asks the policy (through
+//! [`EvictionPolicy::evict_sparing`](memvisor_policy::EvictionPolicy::evict_sparing)) to pass
+//! over chunks of the guest's own memory and take a chunk whose resident pages the image holds
+//! (and none written that it does not), where its own rule finds them alike (CLOCK:
+//! unreferenced). A guest streaming its disk through its page cache then keeps its own memory,
+//! which it wrote at boot and may not touch for a long time, instead of writing it to swap
+//! and reading it back.
+//!
+//! Sparing is wrong when the image chunks are the ones in use: a guest re-reading a file that
+//! would fit beside its cold memory but not with it. The guard: while more than one in
+//! [`NEAR_SHARE`] image chunks evicted comes back within the budget (a refault distance up to
+//! the budget: more memory, or the cold chunks gone, would have kept it), eviction is in plain
+//! policy order. A stream's chunks come back from far (the next pass) or soon after they were
+//! taken from the stream's tail (a chunk the guest was still filling); a working set squeezed
+//! by cold memory comes back near, every time.
+//!
+//! Only regions that hold image blocks spare anything. A sparing eviction that found no image
+//! chunk to take is tried again only after 1, 2, 4, ... plain evictions, up to one in every
+//! sixteenth of the resident chunks: its search costs one revolution.
+
+use super::chunk_table::ChunkTable;
+use super::image_blocks::ImageBlocks;
+use super::page_out::harvest_written;
+use super::FaultHandler;
+use crate::page_bitmap::PageBitmap;
+use crate::region_stats::add;
+
+/// Sparing stays off while more than one in `NEAR_SHARE` image chunks evicted comes back
+/// within the budget.
+pub(super) const NEAR_SHARE: u32 = 2;
+
+/// The counters are halved every `WINDOW` evictions of image chunks, so the guard follows the
+/// recent past.
+const WINDOW: u32 = 1024;
+
+/// Whether eviction spares the program's own chunks, and what it learned from its victims.
+#[derive(Debug)]
+pub(super) struct ImageFirst {
+    /// Per chunk: it was an image chunk when it was last evicted, and has not come back since.
+    evicted_image: PageBitmap,
+    /// Image chunks evicted (halved every [`WINDOW`]).
+    image_evictions: u32,
+    /// Of those, the ones read back at a refault distance within the budget.
+    near_refaults: u32,
+    /// Plain evictions left before sparing is tried again.
+    backoff: usize,
+    /// Sparing evictions in a row that found no image chunk.
+    failures: u32,
+    /// Off without dirty tracking (the swap mapper needs it).
+    enabled: bool,
+}
+
+impl ImageFirst {
+    /// A guard for `chunks` chunks; `enabled` false keeps eviction in plain policy order.
+    pub fn new(chunks: usize, enabled: bool) -> Self {
+        Self {
+            evicted_image: PageBitmap::new(chunks),
+            image_evictions: 0,
+            near_refaults: 0,
+            backoff: 0,
+            failures: 0,
+            enabled,
+        }
+    }
+
+    /// Whether the next eviction should spare the program's own chunks, in a region where
+    /// `associated` pages are image blocks now.
+    pub fn sparing(&self, associated: usize) -> bool {
+        self.enabled
+            && associated > 0
+            && self.backoff == 0
+            && self.near_refaults.saturating_mul(NEAR_SHARE) <= self.image_evictions
+    }
+
+    /// Chunk `c` was chosen as a victim; it was of the program's own memory (`costly`) or an
+    /// image chunk; the choice spared the program's chunks (`spared`); `resident` chunks are
+    /// left in the policy.
+    pub fn chose(&mut self, c: usize, costly: bool, spared: bool, resident: usize) {
+        if self.backoff > 0 {
+            self.backoff -= 1;
+        } else if spared && costly {
+            // No image chunk was cold: look again after 1, 2, 4, ... plain evictions, up to
+            // one for every 16 resident chunks, so that searches through the program's own
+            // chunks cost at most about 16 looks per eviction.
+            self.failures = (self.failures + 1).min(usize::BITS - 1);
+            self.backoff = (1usize << (self.failures - 1)).min((resident / 16).max(1));
+        } else if spared {
+            self.failures = 0;
+        }
+        self.evicted_image.set_range(c, 1, !costly);
+        if !costly {
+            self.image_evictions += 1;
+            if self.image_evictions >= WINDOW {
+                self.image_evictions /= 2;
+                self.near_refaults /= 2;
+            }
+        }
+    }
+
+    /// Chunk `c` was read back; `near`: at a refault distance within the budget.
+    pub fn refaulted(&mut self, c: usize, near: bool) {
+        if self.evicted_image.get(c) {
+            self.evicted_image.set_range(c, 1, false);
+            if near {
+                self.near_refaults = self.near_refaults.saturating_add(1);
+            }
+        }
+    }
+
+    /// Chunk `c`'s content was discarded: its next page-in is no refault.
+    pub fn forget(&mut self, c: usize) {
+        self.evicted_image.set_range(c, 1, false);
+    }
+}
+
+impl FaultHandler {
+    /// The policy's next victim: with [`ImageFirst`] sparing, an image chunk where the policy
+    /// finds one as cold as any chunk of the program's own memory.
+    pub(super) fn next_victim(&mut self) -> Option<u64> {
+        let sparing = self.image_first.sparing(self.images.len());
+        let victim = if sparing {
+            let (chunks, memory, images) = (&mut self.chunks, &self.memory, &self.images);
+            let pagemap = self.pagemap.as_ref();
+            let mut spared = 0u64;
+            let v = self.policy.evict_sparing(&mut |u| {
+                let c = u as usize;
+                let first = c * chunks.pages_per_chunk();
+                if !images.any_in(first, chunks.pages_in(c)) {
+                    spared += 1;
+                    return true;
+                }
+                if let Some(p) = pagemap {
+                    // The written bits are harvested at samples and page-outs: writes since
+                    // then are only in the page tables. A failed scan leaves the chunk as
+                    // it looked (its page-out harvests again before it writes).
+                    let _ = harvest_written(chunks, p, memory, c, 0, chunks.pages_in(c));
+                }
+                let costly = !is_image_chunk(chunks, images, c);
+                spared += u64::from(costly);
+                costly
+            });
+            // A costly victim was counted too if the policy asked about it (CLOCK does; a
+            // policy that ignores `costly` asks about nothing).
+            let costly = v.is_some_and(|v| !is_image_chunk(&self.chunks, &self.images, v as usize));
+            add(
+                &self.stats().own_chunks_spared,
+                spared.saturating_sub(u64::from(costly)),
+            );
+            v
+        } else {
+            self.policy.evict()
+        }?;
+        let costly = !is_image_chunk(&self.chunks, &self.images, victim as usize);
+        self.image_first
+            .chose(victim as usize, costly, sparing, self.policy.len());
+        Some(victim)
+    }
+}
+
+/// Whether chunk `c` is an image chunk: a page of it is associated with an image block, and
+/// no resident page is written without being one (as far as its written bits tell), so its
+/// eviction writes nothing. The swap mapper's pages read as written until their first
+/// eviction compares them with their blocks.
+fn is_image_chunk(chunks: &ChunkTable, images: &ImageBlocks, c: usize) -> bool {
+    let first = c * chunks.pages_per_chunk();
+    let n = chunks.pages_in(c);
+    images.any_in(first, n)
+        && (0..n).all(|p| !chunks.is_page_written(c, p) || images.get(first + p).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spares_until_most_image_victims_come_back_near() {
+        let mut g = ImageFirst::new(64, true);
+        assert!(g.sparing(1));
+        for c in 0..16 {
+            g.chose(c, false, true, 32);
+        }
+        // Half of them back within the budget: still sparing.
+        for c in 0..8 {
+            g.refaulted(c, true);
+        }
+        assert!(g.sparing(1));
+        // A far refault and a refault of a chunk evicted written do not count.
+        g.refaulted(8, false);
+        g.chose(40, true, false, 32);
+        g.refaulted(40, true);
+        // A chunk counts once per eviction.
+        g.refaulted(0, true);
+        assert!(g.sparing(1));
+        g.refaulted(9, true);
+        assert!(!g.sparing(1), "9 near refaults in 16 image evictions");
+        // More image evictions without refaults bring it back.
+        for c in 10..13 {
+            g.chose(c, false, false, 32);
+        }
+        assert!(g.sparing(1));
+    }
+
+    #[test]
+    fn a_search_that_found_no_image_chunk_backs_off_more_each_time() {
+        let mut g = ImageFirst::new(64, true);
+        let mut plain_runs = Vec::new();
+        for _ in 0..5 {
+            g.chose(3, true, true, 64);
+            let mut plain = 0;
+            while !g.sparing(1) {
+                g.chose(5, true, false, 64);
+                plain += 1;
+            }
+            plain_runs.push(plain);
+        }
+        // 1, 2, 4, then capped at one in 16 of the 64 resident chunks.
+        assert_eq!(plain_runs, [1, 2, 4, 4, 4]);
+        // A search that found an image chunk starts the count again.
+        g.chose(7, false, true, 64);
+        g.chose(3, true, true, 64);
+        assert!(!g.sparing(1));
+        g.chose(5, true, false, 64);
+        assert!(g.sparing(1));
+        // A costly victim of a plain eviction does not back off.
+        g.chose(6, true, false, 64);
+        assert!(g.sparing(1));
+    }
+
+    #[test]
+    fn disabled_never_spares_and_discards_forget() {
+        let g = ImageFirst::new(8, false);
+        assert!(!g.sparing(1));
+        // Nor in a region without image blocks.
+        assert!(!ImageFirst::new(8, true).sparing(0));
+        let mut g = ImageFirst::new(8, true);
+        g.chose(2, false, true, 4);
+        g.forget(2);
+        g.refaulted(2, true);
+        assert_eq!(g.near_refaults, 0);
+    }
+
+    #[test]
+    fn counters_follow_the_recent_past() {
+        let mut g = ImageFirst::new(4, true);
+        for i in 0..WINDOW {
+            g.chose((i % 4) as usize, false, true, 4);
+            if i % 4 == 3 {
+                // Three in four come back near.
+                for c in 0..3 {
+                    g.refaulted(c, true);
+                }
+            }
+        }
+        assert!(!g.sparing(1));
+        assert!(g.image_evictions < WINDOW);
+    }
+}
