@@ -116,8 +116,9 @@ pub trait EvictionPolicy: Send {
     fn evict(&mut self) -> Option<UnitId>;
 
     /// [`evict`](Self::evict), sparing units whose eviction costs more. `costly(u)` tells
-    /// whether evicting resident `u` costs more (for a pager: its memory must be written out,
-    /// where another unit's is dropped for free).
+    /// whether evicting resident `u` costs more (memvisor's pager: a chunk of the program's own
+    /// memory, a swap write now and a swap read if it comes back, against a chunk that a disk
+    /// image holds, dropped for free).
     ///
     /// Contract: returns `None` only if nothing is resident; `costly` is called only on
     /// resident units (possibly several times each); the victim is a unit the policy's own rule
