@@ -226,7 +226,7 @@ impl FaultHandler {
         while self.chunks.resident_total() - over - self.chunks.writing_pages() + incoming > target
             && self.chunks.writing() < depth
         {
-            match self.next_victim() {
+            match self.next_victim(busy) {
                 Some(v) if Some(v as usize) == busy => {
                     // Give it back (there is room: it just left) and stop here.
                     self.readmit(v as usize);

@@ -21,24 +21,36 @@
 //! taken from the stream's tail (a chunk the guest was still filling); a working set squeezed
 //! by cold memory comes back near, every time.
 //!
-//! Only regions that hold image blocks spare anything. A sparing eviction that found no image
-//! chunk to take is tried again only after 1, 2, 4, ... plain evictions, up to one in every
-//! sixteenth of the resident chunks: its search costs one revolution.
+//! Only regions that hold image blocks spare anything, and only with a policy that breaks ties
+//! by cost (CLOCK, the default; the others ignore it). A search looks at no more than
+//! [`MAX_LOOKS`] chunks of the program's own memory: after that the next cold chunk goes,
+//! whatever it is (plain CLOCK's kind of choice), so an eviction's cost is bounded however
+//! large the region. A search that found no image chunk to take is tried again only after 1,
+//! 2, 4, ... plain evictions, up to one in every sixteenth of the resident chunks.
 
 use super::chunk_table::ChunkTable;
 use super::image_blocks::ImageBlocks;
 use super::page_out::harvest_written;
+use super::region_memory::RegionMemory;
 use super::FaultHandler;
 use crate::page_bitmap::PageBitmap;
+use crate::pagemap::Pagemap;
 use crate::region_stats::add;
 
 /// Sparing stays off while more than one in `NEAR_SHARE` image chunks evicted comes back
 /// within the budget.
 pub(super) const NEAR_SHARE: u32 = 2;
 
-/// The counters are halved every `WINDOW` evictions of image chunks, so the guard follows the
-/// recent past.
+/// The counters are halved whenever `WINDOW` image chunks have been counted, so the guard
+/// follows the recent past (the last `WINDOW` to `WINDOW / 2` evictions of image chunks).
 const WINDOW: u32 = 1024;
+
+/// Most chunks of the program's own memory one eviction looks at before it takes a cold chunk
+/// whatever it is. Each look costs a scan of the chunk's image associations and, for a chunk
+/// that holds image blocks, a `PAGEMAP_SCAN`; 256 looks are a fraction of a millisecond, and
+/// a run of cold own chunks longer than that (over 256 MiB of 1 MiB chunks) loses one chunk
+/// to plain order per revolution of the hand.
+pub(super) const MAX_LOOKS: usize = 256;
 
 /// Whether eviction spares the program's own chunks, and what it learned from its victims.
 #[derive(Debug)]
@@ -53,6 +65,8 @@ pub(super) struct ImageFirst {
     backoff: usize,
     /// Sparing evictions in a row that found no image chunk.
     failures: u32,
+    /// The last victim chosen and whether it was an image chunk, until it leaves memory.
+    pending: Option<(usize, bool)>,
     /// Off without dirty tracking (the swap mapper needs it).
     enabled: bool,
 }
@@ -66,6 +80,7 @@ impl ImageFirst {
             near_refaults: 0,
             backoff: 0,
             failures: 0,
+            pending: None,
             enabled,
         }
     }
@@ -81,21 +96,30 @@ impl ImageFirst {
 
     /// Chunk `c` was chosen as a victim; it was of the program's own memory (`costly`) or an
     /// image chunk; the choice spared the program's chunks (`spared`); `resident` chunks are
-    /// left in the policy.
+    /// left in the policy. The guard counts it once it has left memory ([`left`](Self::left)).
     pub fn chose(&mut self, c: usize, costly: bool, spared: bool, resident: usize) {
         if self.backoff > 0 {
             self.backoff -= 1;
         } else if spared && costly {
             // No image chunk was cold: look again after 1, 2, 4, ... plain evictions, up to
-            // one for every 16 resident chunks, so that searches through the program's own
-            // chunks cost at most about 16 looks per eviction.
+            // one for every 16 resident chunks.
             self.failures = (self.failures + 1).min(usize::BITS - 1);
             self.backoff = (1usize << (self.failures - 1)).min((resident / 16).max(1));
         } else if spared {
             self.failures = 0;
         }
-        self.evicted_image.set_range(c, 1, !costly);
-        if !costly {
+        self.pending = Some((c, !costly));
+    }
+
+    /// Chunk `c` left memory (its page-out succeeded or started). A victim given back (the
+    /// chunk being paged in) or kept as overrun never gets here and is not counted.
+    pub fn left(&mut self, c: usize) {
+        let image = match self.pending.take() {
+            Some((v, image)) if v == c => image,
+            _ => false,
+        };
+        self.evicted_image.set_range(c, 1, image);
+        if image {
             self.image_evictions += 1;
             if self.image_evictions >= WINDOW {
                 self.image_evictions /= 2;
@@ -122,28 +146,23 @@ impl ImageFirst {
 
 impl FaultHandler {
     /// The policy's next victim: with [`ImageFirst`] sparing, an image chunk where the policy
-    /// finds one as cold as any chunk of the program's own memory.
-    pub(super) fn next_victim(&mut self) -> Option<u64> {
+    /// finds one as cold as any chunk of the program's own memory. Chunk `busy` (being paged
+    /// in, given back if chosen) counts as the program's own.
+    pub(super) fn next_victim(&mut self, busy: Option<usize>) -> Option<u64> {
         let sparing = self.image_first.sparing(self.images.len());
         let victim = if sparing {
             let (chunks, memory, images) = (&mut self.chunks, &self.memory, &self.images);
             let pagemap = self.pagemap.as_ref();
-            let mut spared = 0u64;
+            let mut spared = 0usize;
             let v = self.policy.evict_sparing(&mut |u| {
                 let c = u as usize;
-                let first = c * chunks.pages_per_chunk();
-                if !images.any_in(first, chunks.pages_in(c)) {
-                    spared += 1;
-                    return true;
+                if spared >= MAX_LOOKS {
+                    // Looked long enough: this cold chunk goes, whatever it is.
+                    return false;
                 }
-                if let Some(p) = pagemap {
-                    // The written bits are harvested at samples and page-outs: writes since
-                    // then are only in the page tables. A failed scan leaves the chunk as
-                    // it looked (its page-out harvests again before it writes).
-                    let _ = harvest_written(chunks, p, memory, c, 0, chunks.pages_in(c));
-                }
-                let costly = !is_image_chunk(chunks, images, c);
-                spared += u64::from(costly);
+                let costly = Some(c) == busy
+                    || !image_chunk_after_harvest(chunks, images, pagemap, memory, c);
+                spared += usize::from(costly);
                 costly
             });
             // A costly victim was counted too if the policy asked about it (CLOCK does; a
@@ -151,7 +170,7 @@ impl FaultHandler {
             let costly = v.is_some_and(|v| !is_image_chunk(&self.chunks, &self.images, v as usize));
             add(
                 &self.stats().own_chunks_spared,
-                spared.saturating_sub(u64::from(costly)),
+                (spared as u64).saturating_sub(u64::from(costly)),
             );
             v
         } else {
@@ -164,15 +183,39 @@ impl FaultHandler {
     }
 }
 
-/// Whether chunk `c` is an image chunk: a page of it is associated with an image block, and
-/// no resident page is written without being one (as far as its written bits tell), so its
-/// eviction writes nothing. The swap mapper's pages read as written until their first
-/// eviction compares them with their blocks.
+/// [`is_image_chunk`] with the written bits of chunk `c` brought up to date first, where
+/// that can change the answer. The written bits are harvested at samples and page-outs:
+/// writes since then are only in the page tables. A chunk without image pages, or with a
+/// written page no image holds, is the program's own without a look at the page tables. A
+/// failed scan leaves the chunk as it looked (its page-out harvests again before it writes).
+fn image_chunk_after_harvest(
+    chunks: &mut ChunkTable,
+    images: &ImageBlocks,
+    pagemap: Option<&Pagemap>,
+    memory: &RegionMemory,
+    c: usize,
+) -> bool {
+    if !is_image_chunk(chunks, images, c) {
+        return false;
+    }
+    if let Some(p) = pagemap {
+        let _ = harvest_written(chunks, p, memory, c, 0, chunks.pages_in(c));
+    }
+    is_image_chunk(chunks, images, c)
+}
+
+/// Whether chunk `c` is an image chunk, whose page-out writes nothing as far as its written
+/// bits tell: a page of it is associated with an image block, and every resident written page
+/// is one whose block has not been compared with it yet (the read that filled it set its
+/// written bit; its first eviction compares it and drops it if equal). A written page whose
+/// block was checked was changed by the program since: its page-out writes it.
 fn is_image_chunk(chunks: &ChunkTable, images: &ImageBlocks, c: usize) -> bool {
     let first = c * chunks.pages_per_chunk();
     let n = chunks.pages_in(c);
     images.any_in(first, n)
-        && (0..n).all(|p| !chunks.is_page_written(c, p) || images.get(first + p).is_some())
+        && (0..n).all(|p| {
+            !chunks.is_page_written(c, p) || images.get(first + p).is_some_and(|b| !b.checked)
+        })
 }
 
 #[cfg(test)]
@@ -185,6 +228,7 @@ mod tests {
         assert!(g.sparing(1));
         for c in 0..16 {
             g.chose(c, false, true, 32);
+            g.left(c);
         }
         // Half of them back within the budget: still sparing.
         for c in 0..8 {
@@ -194,15 +238,22 @@ mod tests {
         // A far refault and a refault of a chunk evicted written do not count.
         g.refaulted(8, false);
         g.chose(40, true, false, 32);
+        g.left(40);
         g.refaulted(40, true);
+        // Nor does a victim that never left (given back, or kept as overrun).
+        g.chose(41, false, true, 32);
+        g.chose(42, false, true, 32);
+        g.left(42);
+        g.refaulted(41, true);
         // A chunk counts once per eviction.
         g.refaulted(0, true);
         assert!(g.sparing(1));
         g.refaulted(9, true);
         assert!(!g.sparing(1), "9 near refaults in 16 image evictions");
         // More image evictions without refaults bring it back.
-        for c in 10..13 {
+        for c in 10..14 {
             g.chose(c, false, false, 32);
+            g.left(c);
         }
         assert!(g.sparing(1));
     }
@@ -241,6 +292,7 @@ mod tests {
         assert!(!ImageFirst::new(8, true).sparing(0));
         let mut g = ImageFirst::new(8, true);
         g.chose(2, false, true, 4);
+        g.left(2);
         g.forget(2);
         g.refaulted(2, true);
         assert_eq!(g.near_refaults, 0);
@@ -251,6 +303,7 @@ mod tests {
         let mut g = ImageFirst::new(4, true);
         for i in 0..WINDOW {
             g.chose((i % 4) as usize, false, true, 4);
+            g.left((i % 4) as usize);
             if i % 4 == 3 {
                 // Three in four come back near.
                 for c in 0..3 {

@@ -124,7 +124,7 @@ impl FaultHandler {
                 self.reap_writes(true);
                 continue;
             }
-            match self.next_victim() {
+            match self.next_victim(None) {
                 // A failed page-out: the budget is overrun until a later page-in retries.
                 Some(v) if !self.evict_or_overrun(v as usize) => break,
                 Some(_) => {}

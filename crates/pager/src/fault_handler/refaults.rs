@@ -11,6 +11,7 @@ impl FaultHandler {
     /// Chunk `v` left memory with `pages` pages resident.
     pub(super) fn note_eviction(&mut self, v: usize, pages: usize) {
         self.refault_history.evicted(v, pages as u64);
+        self.image_first.left(v);
         self.shared
             .refaults
             .evicted((pages * self.memory.page) as u64);
