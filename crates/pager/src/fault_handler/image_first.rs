@@ -7,8 +7,8 @@
 //! file and anonymous lists, balanced by refaults); VSwapper's mapped pages get that
 //! treatment. memvisor ranks chunks with one policy, so it asks the policy (through
 //! [`EvictionPolicy::evict_sparing`](memvisor_policy::EvictionPolicy::evict_sparing)) to pass
-//! over chunks of the guest's own memory and take a chunk whose resident pages the image holds
-//! (and none written that it does not), where its own rule finds them alike (CLOCK:
+//! over chunks of the guest's own memory and take a chunk the image holds (no page of it
+//! changed since the image filled it), where its own rule finds them alike (CLOCK:
 //! unreferenced). A guest streaming its disk through its page cache then keeps its own memory,
 //! which it wrote at boot and may not touch for a long time, instead of writing it to swap
 //! and reading it back.
@@ -17,9 +17,9 @@
 //! would fit beside its cold memory but not with it. The guard: while more than one in
 //! [`NEAR_SHARE`] image chunks evicted comes back within the budget (a refault distance up to
 //! the budget: more memory, or the cold chunks gone, would have kept it), eviction is in plain
-//! policy order. A stream's chunks come back from far (the next pass) or soon after they were
-//! taken from the stream's tail (a chunk the guest was still filling); a working set squeezed
-//! by cold memory comes back near, every time.
+//! policy order. A stream's chunks mostly come back from far (in the page-cache case about one
+//! in ten came back within the budget); a working set squeezed by cold memory comes back near,
+//! every time.
 //!
 //! Only regions that hold image blocks spare anything, and only with a policy that breaks ties
 //! by cost (CLOCK, the default; the others ignore it). A search looks at no more than
@@ -46,10 +46,10 @@ pub(super) const NEAR_SHARE: u32 = 2;
 const WINDOW: u32 = 1024;
 
 /// Most chunks of the program's own memory one eviction looks at before it takes a cold chunk
-/// whatever it is. Each look costs a scan of the chunk's image associations and, for a chunk
-/// that holds image blocks, a `PAGEMAP_SCAN`; 256 looks are a fraction of a millisecond, and
-/// a run of cold own chunks longer than that (over 256 MiB of 1 MiB chunks) loses one chunk
-/// to plain order per revolution of the hand.
+/// whatever it is. Each look scans the chunk's entries in the image associations (256 for a
+/// 1 MiB chunk) and, for a chunk that holds image blocks, makes one `PAGEMAP_SCAN` call; a run
+/// of cold own chunks longer than this (over 256 MiB of 1 MiB chunks) loses one chunk to plain
+/// order per revolution of the hand.
 pub(super) const MAX_LOOKS: usize = 256;
 
 /// Whether eviction spares the program's own chunks, and what it learned from its victims.
