@@ -154,6 +154,7 @@ impl FaultHandler {
             let (chunks, memory, images) = (&mut self.chunks, &self.memory, &self.images);
             let pagemap = self.pagemap.as_ref();
             let mut spared = 0usize;
+            let mut first_spared = None;
             let v = self.policy.evict_sparing(&mut |u| {
                 let c = u as usize;
                 if spared >= MAX_LOOKS {
@@ -162,15 +163,18 @@ impl FaultHandler {
                 }
                 let costly = Some(c) == busy
                     || !image_chunk_after_harvest(chunks, images, pagemap, memory, c);
-                spared += usize::from(costly);
+                if costly {
+                    spared += 1;
+                    first_spared.get_or_insert(u);
+                }
                 costly
             });
-            // A costly victim was counted too if the policy asked about it (CLOCK does; a
-            // policy that ignores `costly` asks about nothing).
-            let costly = v.is_some_and(|v| !is_image_chunk(&self.chunks, &self.images, v as usize));
+            // A search that found no image chunk takes the first chunk it passed over: that
+            // one was not spared after all.
+            let taken_back = v.is_some() && v == first_spared;
             add(
                 &self.stats().own_chunks_spared,
-                (spared as u64).saturating_sub(u64::from(costly)),
+                spared as u64 - u64::from(taken_back),
             );
             v
         } else {
