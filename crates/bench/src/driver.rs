@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use memvisor_pager::{CpuWakeLatency, CPU_LATENCY_DEVICE};
 use memvisor_safe_files::OutputFile;
 use serde::{Deserialize, Serialize};
 
@@ -190,6 +191,19 @@ fn run_one(
             .map_err(|e| BenchError::io("duplicate", log.path(), e))?;
         Ok(Stdio::from(copy))
     };
+    // A host tuned for wake-up latency: idle CPUs poll for the whole run (dropped with it).
+    let _tuned = match variant {
+        Variant::Kernel {
+            cpu_wake_latency: true,
+        } => {
+            let mut q = CpuWakeLatency::open()
+                .map_err(|e| BenchError::io("open", CPU_LATENCY_DEVICE, e))?;
+            q.hold()
+                .map_err(|e| BenchError::io("write", CPU_LATENCY_DEVICE, e))?;
+            Some(q)
+        }
+        _ => None,
+    };
     let started = Instant::now();
     // The shell joins the group, then becomes the workload (same pid): only the child is ever
     // limited, never the driver.
@@ -270,7 +284,7 @@ fn run_one(
     Ok(RunRecord {
         rep,
         variant: variant.to_string(),
-        kernel: variant.is_kernel(),
+        kernel: variant.is_baseline(),
         workload: workload.to_string(),
         wall_secs,
         cgroup,

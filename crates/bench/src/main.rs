@@ -165,7 +165,7 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                     .collect::<Result<_, _>>()?
             };
             let variants: Vec<Variant> = if r.variants.is_empty() {
-                vec![Variant::Kernel, "memvisor".parse()?]
+                vec![Variant::KERNEL, "memvisor".parse()?]
             } else {
                 r.variants
                     .iter()

@@ -19,7 +19,7 @@ use crate::byte_size::{format_bytes, parse_bytes, parse_interval};
 /// `io-uring`), `depth` (writer threads or io_uring depth), `headroom` (chunks kept free by
 /// asynchronous page-out), `readahead` (`on` | `off`), `overlap` (`on` | `off`: overlapped page-in
 /// reads), `async-in` (`on` | `off`: asynchronous page-in), `unit` (`adaptive` | `chunk` |
-/// `page`: how much a page-in reads), `parallel` (`on` | `off`: parallel page-in), `poll` (busy-polling window: `50us`, `off`). New pager settings are added here
+/// `page`: how much a page-in reads), `parallel` (`on` | `off`: parallel page-in), `poll` (busy-polling window: `50us`, `off`), `wake` (`on` | `off`: idle CPUs asked to poll while the handler polls). New pager settings are added here
 /// (one key each) and reach the workload child unchanged through the variant's spelling.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegionOptions {
@@ -51,6 +51,8 @@ pub struct RegionOptions {
     pub parallel: Option<bool>,
     /// Busy-polling window (`Some(None)`: off).
     pub busy_poll: Option<Option<Duration>>,
+    /// CPU wake-latency request while busy polling on or off.
+    pub cpu_wake_latency: Option<bool>,
 }
 
 impl RegionOptions {
@@ -104,6 +106,9 @@ impl RegionOptions {
         if let Some(b) = self.busy_poll {
             config = config.busy_poll(b);
         }
+        if let Some(w) = self.cpu_wake_latency {
+            config = config.cpu_wake_latency(w);
+        }
         config
     }
 
@@ -134,6 +139,7 @@ impl RegionOptions {
             "async-in" => self.async_page_in = Some(on_off()?),
             "unit" => self.page_in_unit = Some(value.parse().map_err(bad)?),
             "parallel" => self.parallel = Some(on_off()?),
+            "wake" => self.cpu_wake_latency = Some(on_off()?),
             "readahead" => self.readahead = Some(on_off()?),
             "pageout" => {
                 value
@@ -156,7 +162,8 @@ impl RegionOptions {
             _ => {
                 return Err(bad(format!(
                     "unknown key {key:?} (known: chunk, policy, sample, resolve, dirty, \
-                     pageout, depth, headroom, readahead, overlap, async-in, unit, parallel, poll)"
+                     pageout, depth, headroom, readahead, overlap, async-in, unit, parallel, poll, \
+                     wake)"
                 )))
             }
         }
@@ -168,16 +175,31 @@ impl RegionOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Variant {
     /// Plain anonymous memory; the driver runs the process in a memory cgroup limited to the
-    /// budget with a swap file on the swap directory's filesystem.
-    Kernel,
+    /// budget with a swap file on the swap directory's filesystem. Spelled `kernel`, or
+    /// `kernel:wake=on` for a host tuned for wake-up latency: the driver holds the CPU latency
+    /// QoS at 0 (idle CPUs poll, `CpuWakeLatency`) for the whole run.
+    Kernel {
+        /// Whether idle CPUs are kept polling during the run.
+        cpu_wake_latency: bool,
+    },
     /// A memvisor region with the budget, swapping to the swap directory.
     Memvisor(RegionOptions),
 }
 
 impl Variant {
-    /// Whether this is the kernel baseline.
+    /// The kernel's swap as the host has it: the baseline of every speedup.
+    pub const KERNEL: Variant = Variant::Kernel {
+        cpu_wake_latency: false,
+    };
+
+    /// Whether the kernel pages this variant (in a memory cgroup).
     pub fn is_kernel(&self) -> bool {
-        matches!(self, Self::Kernel)
+        matches!(self, Self::Kernel { .. })
+    }
+
+    /// Whether this is the baseline: the kernel with the host's own idle settings.
+    pub fn is_baseline(&self) -> bool {
+        *self == Self::KERNEL
     }
 }
 
@@ -188,10 +210,21 @@ impl FromStr for Variant {
         let mut parts = spec.trim().split(':');
         match parts.next().unwrap_or("") {
             "kernel" => {
-                if parts.next().is_some() {
-                    return Err(BenchError::bad("variant", spec, "kernel takes no options"));
+                let mut cpu_wake_latency = false;
+                for kv in parts {
+                    cpu_wake_latency = match kv.trim() {
+                        "wake=on" => true,
+                        "wake=off" => false,
+                        _ => {
+                            return Err(BenchError::bad(
+                                "variant",
+                                spec,
+                                format!("{kv:?}: kernel takes only wake=on or wake=off"),
+                            ))
+                        }
+                    };
                 }
-                Ok(Self::Kernel)
+                Ok(Self::Kernel { cpu_wake_latency })
             }
             "memvisor" => {
                 let mut o = RegionOptions::default();
@@ -206,7 +239,7 @@ impl FromStr for Variant {
             other => Err(BenchError::bad(
                 "variant",
                 spec,
-                format!("unknown variant {other:?} (kernel or memvisor[:KEY=VALUE...])"),
+                format!("unknown variant {other:?} (kernel[:wake=on] or memvisor[:KEY=VALUE...])"),
             )),
         }
     }
@@ -216,7 +249,12 @@ impl fmt::Display for Variant {
     /// The canonical spelling; it parses back to an equal variant.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Kernel => write!(f, "kernel"),
+            Self::Kernel {
+                cpu_wake_latency: false,
+            } => write!(f, "kernel"),
+            Self::Kernel {
+                cpu_wake_latency: true,
+            } => write!(f, "kernel:wake=on"),
             Self::Memvisor(o) => {
                 write!(f, "memvisor")?;
                 if let Some(c) = o.chunk_size {
@@ -271,6 +309,9 @@ impl fmt::Display for Variant {
                         Some(d) => write!(f, ":poll={}us", d.as_micros())?,
                     }
                 }
+                if let Some(w) = o.cpu_wake_latency {
+                    write!(f, ":wake={}", on_off_word(w))?;
+                }
                 Ok(())
             }
         }
@@ -292,7 +333,11 @@ mod tests {
 
     #[test]
     fn variants_parse_and_round_trip() {
-        assert_eq!("kernel".parse::<Variant>().unwrap(), Variant::Kernel);
+        assert_eq!("kernel".parse::<Variant>().unwrap(), Variant::KERNEL);
+        let tuned: Variant = "kernel:wake=on".parse().unwrap();
+        assert!(tuned.is_kernel() && !tuned.is_baseline());
+        assert_eq!(tuned.to_string().parse::<Variant>().unwrap(), tuned);
+        assert!(Variant::KERNEL.is_baseline());
         assert_eq!(
             "memvisor".parse::<Variant>().unwrap(),
             Variant::Memvisor(RegionOptions::default())
@@ -311,6 +356,7 @@ mod tests {
             "memvisor:parallel=off:unit=page",
             "memvisor:chunk=64K:unit=page",
             "memvisor:pageout=auto:poll=off",
+            "memvisor:wake=off",
         ] {
             let v: Variant = s.parse().unwrap();
             assert_eq!(v.to_string().parse::<Variant>().unwrap(), v, "{s}");
@@ -318,7 +364,7 @@ mod tests {
         let v: Variant = "memvisor:chunk=64K:sample=off".parse().unwrap();
         let c = match v {
             Variant::Memvisor(o) => o.apply(RegionConfig::new(1 << 20, 1 << 20, "/tmp")),
-            Variant::Kernel => unreachable!(),
+            Variant::Kernel { .. } => unreachable!(),
         };
         assert_eq!(c.chunk_size, 64 << 10);
         assert_eq!(c.sample_interval, None);
@@ -328,7 +374,8 @@ mod tests {
     fn bad_variants_name_the_problem() {
         for (s, needle) in [
             ("swap", "unknown variant"),
-            ("kernel:x=1", "no options"),
+            ("kernel:x=1", "kernel takes only wake=on or wake=off"),
+            ("memvisor:wake=yes", "wake must be on or off"),
             ("memvisor:chunk", "KEY=VALUE"),
             ("memvisor:speed=9", "unknown key"),
             ("memvisor:async-in=yes", "async-in must be on or off"),

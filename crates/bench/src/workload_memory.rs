@@ -25,7 +25,7 @@ impl WorkloadMemory {
         swap_dir: &std::path::Path,
     ) -> Result<Self, BenchError> {
         match variant {
-            Variant::Kernel => Mapping::anonymous(size)
+            Variant::Kernel { .. } => Mapping::anonymous(size)
                 .map(Self::Anonymous)
                 .map_err(|e| BenchError::io("mmap anonymous memory of", "(anonymous)", e)),
             Variant::Memvisor(opts) => {

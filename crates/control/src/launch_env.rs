@@ -26,6 +26,9 @@ pub const CHUNK_SIZE: &str = "MEMVISOR_CHUNK_SIZE";
 /// Adaptive busy-polling window of every region's fault handler, microseconds (0: off;
 /// absent: the pager's default, 200).
 pub const BUSY_POLL_US: &str = "MEMVISOR_BUSY_POLL_US";
+/// Whether every region's fault handler asks that idle CPUs poll while it busy-polls (CPU
+/// latency QoS): `on` (default) or `off`.
+pub const CPU_WAKE_LATENCY: &str = "MEMVISOR_CPU_WAKE_LATENCY";
 /// What a region does when its swap filesystem is full: `overrun` (default) or `fail`.
 pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
 /// Swap mapper and false-read preventer for reads of disk images into guest RAM: `on`
@@ -49,7 +52,7 @@ pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -60,6 +63,7 @@ pub const ALL: [&str; 16] = [
     PRELOAD_LIBRARY,
     CHUNK_SIZE,
     BUSY_POLL_US,
+    CPU_WAKE_LATENCY,
     ON_SWAP_FULL,
     SWAP_MAPPER,
     HOST_CACHE,

@@ -89,6 +89,13 @@ pub struct RunArgs {
     /// stops polling for a while.
     #[arg(long, value_name = "DURATION", default_value = "200us")]
     busy_poll: String,
+    /// While a fault handler busy-polls (the program faults fast), ask the kernel that idle
+    /// CPUs poll instead of halting (CPU latency QoS, /dev/cpu_dma_latency; needs root), so a
+    /// thread woken after its page-in runs at once instead of after its CPU leaves an idle
+    /// state; lifted 20 ms after the polling stops. Costs idle CPU time (power, and a VM's
+    /// host CPU) while it lasts; no effect with --busy-poll 0.
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
+    cpu_wake_latency: String,
     /// Virtual size of the arena large mappings are carved from [default: twice host RAM].
     #[arg(long, value_name = "SIZE")]
     arena: Option<String>,
@@ -522,6 +529,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::SWAP_DIR, &args.swap_dir)
         .env(launch_env::CHUNK_SIZE, plan.chunk_size.to_string())
         .env(launch_env::BUSY_POLL_US, plan.busy_poll_us.to_string())
+        .env(launch_env::CPU_WAKE_LATENCY, &args.cpu_wake_latency)
         .env(launch_env::ON_SWAP_FULL, &args.on_swap_full)
         .env(launch_env::SWAP_MAPPER, &args.swap_mapper)
         .env(launch_env::HOST_CACHE, plan.host_cache.name())

@@ -39,6 +39,7 @@
 
 mod cachestat;
 mod chunk_prefetcher;
+mod cpu_wake_latency;
 pub mod crc32c;
 mod demand_reader;
 mod device_readahead;
@@ -82,6 +83,7 @@ pub mod userfaultfd;
 mod write_job;
 
 pub use cachestat::{cachestat, CacheStat};
+pub use cpu_wake_latency::{CpuWakeLatency, CPU_LATENCY_DEVICE};
 pub use direct_io_pins::DirectIoPin;
 pub use fault_injector::FaultInjector;
 pub use host_cache::{HostCache, HostCacheStats};

@@ -232,6 +232,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
         .policy(config.policy.clone())
         .chunk_size(config.chunk_size)
         .busy_poll(config.busy_poll)
+        .cpu_wake_latency(config.cpu_wake_latency)
         .on_swap_full(config.on_swap_full)
         .name("arena");
     // SAFETY: [start, start + size) lies inside the reservation made above, which nothing
@@ -637,6 +638,7 @@ pub fn fixed_map(
         .policy(p.policy.clone())
         .chunk_size(p.config.chunk_size)
         .busy_poll(p.config.busy_poll)
+        .cpu_wake_latency(p.config.cpu_wake_latency)
         .on_swap_full(p.config.on_swap_full)
         .name(kind.name());
     if let Some(a) = addr {

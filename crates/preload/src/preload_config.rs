@@ -38,6 +38,8 @@ pub struct PreloadConfig {
     pub chunk_size: usize,
     /// Adaptive busy-polling window of the fault handlers (default the pager's); `None`: off.
     pub busy_poll: Option<std::time::Duration>,
+    /// Whether the fault handlers ask that idle CPUs poll while they busy-poll.
+    pub cpu_wake_latency: bool,
     /// What every region does while its swap filesystem is full.
     pub on_swap_full: OnSwapFull,
     /// Whether reads of disk images into guest RAM go through the swap mapper and the
@@ -156,17 +158,8 @@ impl PreloadConfig {
                 reason,
             })?,
         };
-        let swap_mapper = match get(launch_env::SWAP_MAPPER).as_deref().map(str::trim) {
-            None | Some("on") => true,
-            Some("off") => false,
-            Some(v) => {
-                return Err(PreloadError::Env {
-                    name: launch_env::SWAP_MAPPER,
-                    value: v.to_string(),
-                    reason: "expected on or off".into(),
-                })
-            }
-        };
+        let swap_mapper = on_off(&get, launch_env::SWAP_MAPPER)?;
+        let cpu_wake_latency = on_off(&get, launch_env::CPU_WAKE_LATENCY)?;
         let host_cache = match get(launch_env::HOST_CACHE) {
             None => HostCache::default(),
             Some(v) => v.parse().map_err(|reason| PreloadError::Env {
@@ -228,6 +221,7 @@ impl PreloadConfig {
             manage_children: get(launch_env::MANAGE_CHILDREN).is_some_and(|v| v == "1"),
             chunk_size,
             busy_poll,
+            cpu_wake_latency,
             on_swap_full,
             swap_mapper,
             host_cache,
@@ -235,6 +229,19 @@ impl PreloadConfig {
             migration_listen,
             migration_key,
         }))
+    }
+}
+
+/// A switch variable: absent or `on` is true, `off` false.
+fn on_off(get: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<bool, PreloadError> {
+    match get(name).as_deref().map(str::trim) {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(v) => Err(PreloadError::Env {
+            name,
+            value: v.to_string(),
+            reason: "expected on or off".into(),
+        }),
     }
 }
 
@@ -301,12 +308,14 @@ mod tests {
             (launch_env::BUSY_POLL_US, "100"),
             (launch_env::ON_SWAP_FULL, "fail"),
             (launch_env::SWAP_MAPPER, "off"),
+            (launch_env::CPU_WAKE_LATENCY, "off"),
             (launch_env::IMAGE_CACHE, "67108864"),
             (launch_env::HOST_CACHE, "exclusive"),
         ])
         .unwrap()
         .unwrap();
         assert!(!c.swap_mapper);
+        assert!(!c.cpu_wake_latency);
         assert_eq!(c.host_cache, HostCache::Exclusive);
         assert_eq!(c.image_cache, Some(64 << 20));
         assert_eq!(c.chunk_size, 64 << 10);
@@ -326,6 +335,7 @@ mod tests {
         assert_eq!(c.busy_poll, Some(DEFAULT_BUSY_POLL));
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         assert!(c.swap_mapper);
+        assert!(c.cpu_wake_latency);
         assert_eq!(c.host_cache, HostCache::Default);
         assert_eq!(c.image_cache, None);
         // A budget of one small chunk is enough with small chunks.
@@ -356,6 +366,7 @@ mod tests {
             (launch_env::BUSY_POLL_US, "2000000"),
             (launch_env::CHUNK_SIZE, "134217728"),
             (launch_env::SWAP_MAPPER, "yes"),
+            (launch_env::CPU_WAKE_LATENCY, "1"),
             (launch_env::HOST_CACHE, "on"),
         ] {
             let mut pairs = vec![(launch_env::BUDGET, "67108864")];

@@ -27,6 +27,8 @@ use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
 use super::sample_pacer::{samples_can_inform_eviction, SamplePacer};
+use super::wake_latency_hold::WakeLatencyHold;
+use crate::cpu_wake_latency::CpuWakeLatency;
 use crate::page_reads::PageReadDone;
 
 /// Most bytes of the region whose page-table entries a sample drops before it serves the
@@ -114,6 +116,13 @@ impl FaultHandler {
             .map(|i| SamplePacer::new(i, Instant::now()));
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
         let mut stretch = PollStretch::default();
+        // Opened by the handler thread as it starts, with the privileges the region was
+        // created with; closed (the kernel drops the request) when the loop returns.
+        let mut wake_hold = WakeLatencyHold::new(if self.timing.cpu_wake_latency {
+            CpuWakeLatency::open().ok()
+        } else {
+            None
+        });
         loop {
             let mut timeout = match pacer.as_mut() {
                 None => -1,
@@ -182,6 +191,13 @@ impl FaultHandler {
                 if b.backoffs() > backoffs {
                     add(&self.stats().busy_poll_backoffs, 1);
                 }
+            }
+            let (hold_began, wake_by) = wake_hold.before_poll(Instant::now(), timeout == 0);
+            if hold_began {
+                add(&self.stats().cpu_wake_latency_holds, 1);
+            }
+            if let Some(ms) = wake_by {
+                timeout = if timeout < 0 { ms } else { timeout.min(ms) };
             }
             // SAFETY: `fds` is a live array of pollfds; poll writes only their `revents`.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };

@@ -51,6 +51,7 @@ mod remote_pages;
 mod sample_pacer;
 mod swap_mapper;
 mod thread_usage;
+mod wake_latency_hold;
 
 use chunk_table::ChunkState;
 pub(crate) use fault_handler_builder::refault_scale;

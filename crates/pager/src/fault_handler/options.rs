@@ -16,6 +16,8 @@ pub(crate) struct LoopTiming {
     pub sample_interval: Option<Duration>,
     /// Adaptive busy-polling window (see `BusyPoll`); `None`: block at once.
     pub busy_poll: Option<Duration>,
+    /// Whether the loop asks that idle CPUs poll while it busy-polls (`WakeLatencyHold`).
+    pub cpu_wake_latency: bool,
 }
 
 impl LoopTiming {
@@ -23,6 +25,7 @@ impl LoopTiming {
         Self {
             sample_interval: config.sample_interval.filter(|i| !i.is_zero()),
             busy_poll: config.busy_poll,
+            cpu_wake_latency: config.cpu_wake_latency && config.busy_poll.is_some(),
         }
     }
 }
