@@ -1,7 +1,12 @@
 /* memvisor.h: C API of memvisor-pager (private virtual memory paged by userfaultfd).
  *
  * Link with libmemvisor_pager.a (plus -lpthread -ldl -lm). Needs root or
- * vm.unprivileged_userfaultfd=1. */
+ * vm.unprivileged_userfaultfd=1.
+ *
+ * Settings not in memvisor_region_config keep the pager's defaults, among them adaptive busy
+ * polling (200 us) and, for a root process, the CPU wake-latency request held while the
+ * handler polls (/dev/cpu_dma_latency at 0: idle CPUs poll instead of halting; lifted 20 ms
+ * after the polling stops). */
 #ifndef MEMVISOR_H
 #define MEMVISOR_H
 

@@ -12,8 +12,10 @@
 //! The request is the kernel's documented interface for this (`Documentation/power/pm_qos_interface.rst`):
 //! while the descriptor is open, its value bounds the exit latency of the idle states cpuidle
 //! may choose on every CPU; 0 leaves only polling. The kernel drops the request when the
-//! descriptor closes, also when the process dies, so it cannot outlive memvisor. Opening the
-//! device needs root (it is mode 0600); without it there is no request and nothing changes.
+//! descriptor closes, also when the process dies; a held request is lifted before it is
+//! dropped, so a child forked meanwhile (which shares the descriptor until it exits or execs:
+//! it is close-on-exec) does not keep it in force. Opening the device needs root (it is mode
+//! 0600); without it there is no request and nothing changes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -92,6 +94,14 @@ impl CpuWakeLatency {
             ));
         }
         Ok(())
+    }
+}
+
+impl Drop for CpuWakeLatency {
+    fn drop(&mut self) {
+        // Nothing to do about a failure here: closing the descriptor drops the request anyway
+        // unless a forked child still shares it.
+        let _ = self.release();
     }
 }
 

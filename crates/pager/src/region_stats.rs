@@ -131,6 +131,9 @@ pub struct RegionStats {
     /// Times the handler began to hold its request that idle CPUs poll instead of halting
     /// (`CpuWakeLatency`, while it busy-polls; see `--cpu-wake-latency`).
     pub cpu_wake_latency_holds: u64,
+    /// Times the handler lifted that request (20 ms after it stopped polling); equal to the
+    /// holds whenever none is in force.
+    pub cpu_wake_latency_releases: u64,
     /// Nanoseconds spent taking samples (dropping page-table entries).
     pub sample_nanos: u64,
     /// Median handler service time of a page-in fault (from reading the fault message to the
@@ -207,6 +210,7 @@ pub(crate) struct StatsCounters {
     pub samples_skipped: AtomicU64,
     pub busy_poll_backoffs: AtomicU64,
     pub cpu_wake_latency_holds: AtomicU64,
+    pub cpu_wake_latency_releases: AtomicU64,
     pub sample_nanos: AtomicU64,
     pub page_in_max_nanos: AtomicU64,
     /// Bucket `i` counts page-in service times in `[2^i, 2^(i+1))` ns (bucket 0 also 0).
@@ -330,6 +334,7 @@ impl StatsCounters {
             samples_skipped: g(&self.samples_skipped),
             busy_poll_backoffs: g(&self.busy_poll_backoffs),
             cpu_wake_latency_holds: g(&self.cpu_wake_latency_holds),
+            cpu_wake_latency_releases: g(&self.cpu_wake_latency_releases),
             sample_nanos: g(&self.sample_nanos),
             page_in_p50_nanos: self.page_in_quantile(0.5),
             page_in_p99_nanos: self.page_in_quantile(0.99),

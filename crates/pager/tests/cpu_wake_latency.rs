@@ -82,16 +82,25 @@ fn held_while_scattered_faults_come_fast_and_lifted_when_idle() {
     assert_eq!(lowest, 0, "the constraint never reached 0 while paging");
     // Idle: lifted 20 ms after the polling stops (the handler wakes to lift it).
     let t = Instant::now();
-    while constraint_us() != idle_value && t.elapsed() < Duration::from_secs(2) {
+    let lifted =
+        |s: &memvisor_pager::RegionStats| s.cpu_wake_latency_releases == s.cpu_wake_latency_holds;
+    while !lifted(&region.stats()) && t.elapsed() < Duration::from_secs(2) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    if idle_value != 0 {
-        assert_eq!(
-            constraint_us(),
-            idle_value,
-            "still held {:?} after the region went idle",
-            t.elapsed()
-        );
+    let s = region.stats();
+    assert!(
+        lifted(&s),
+        "still held {:?} after the region went idle: {} holds, {} releases",
+        t.elapsed(),
+        s.cpu_wake_latency_holds,
+        s.cpu_wake_latency_releases
+    );
+    // The device agrees, unless another process (tuned, another test binary) holds a
+    // request of its own.
+    if idle_value == 0 {
+        eprintln!("the device's own value not checked: another request held 0 before the test");
+    } else if constraint_us() != idle_value {
+        eprintln!("the device's own value not checked: another request came meanwhile");
     }
     drop(region);
 }

@@ -14,6 +14,7 @@ use super::image_first::ImageFirst;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::region_memory::RegionMemory;
 use super::{FaultHandler, HandlerShared};
+use crate::cpu_wake_latency::CpuWakeLatency;
 use crate::memfd::Mapping;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
@@ -89,6 +90,7 @@ impl FaultHandlerBuilder<'_> {
         let region_pages = memory.len / memory.page;
         let residency = shared.residency.clone();
         let image_first = ImageFirst::new(chunks, pagemap.is_some());
+        let timing = LoopTiming::from_config(config);
         Ok(FaultHandler {
             shared,
             uffd,
@@ -97,7 +99,7 @@ impl FaultHandlerBuilder<'_> {
             memory,
             policy: self.policy,
             policy_spec: config.policy.clone(),
-            timing: LoopTiming::from_config(config),
+            timing,
             page_in_options,
             page_out_options: PageOutOptions::from_config(config),
             pagemap,
@@ -117,6 +119,12 @@ impl FaultHandlerBuilder<'_> {
             uffd_error_logged: false,
             migration_buffer: None,
             remote_waits: Vec::new(),
+            // Opened here, in the thread creating the region (a program may drop root once
+            // its memory is set up); without root there is no request.
+            wake_request: timing
+                .cpu_wake_latency
+                .then(CpuWakeLatency::open)
+                .and_then(Result::ok),
         })
     }
 }

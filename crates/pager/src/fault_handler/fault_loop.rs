@@ -85,6 +85,9 @@ pub(crate) struct FaultHandler {
     /// Faults on remote pages (a post-copy migration's destination), waiting for their
     /// content; served again once it is installed.
     pub(super) remote_waits: Vec<FaultEvent>,
+    /// The CPU wake-latency request, opened by the region's creator (with its privileges)
+    /// when `timing.cpu_wake_latency`; taken by the loop as it starts.
+    pub(super) wake_request: Option<CpuWakeLatency>,
 }
 
 impl FaultHandler {
@@ -116,13 +119,8 @@ impl FaultHandler {
             .map(|i| SamplePacer::new(i, Instant::now()));
         let mut busy_poll = self.timing.busy_poll.map(BusyPoll::new);
         let mut stretch = PollStretch::default();
-        // Opened by the handler thread as it starts, with the privileges the region was
-        // created with; closed (the kernel drops the request) when the loop returns.
-        let mut wake_hold = WakeLatencyHold::new(if self.timing.cpu_wake_latency {
-            CpuWakeLatency::open().ok()
-        } else {
-            None
-        });
+        // Lifted and closed when the loop returns.
+        let mut wake_hold = WakeLatencyHold::new(self.wake_request.take());
         loop {
             let mut timeout = match pacer.as_mut() {
                 None => -1,
@@ -180,21 +178,25 @@ impl FaultHandler {
                     revents: 0,
                 },
             ];
+            let mut spinning = false;
+            let now = Instant::now();
             if let Some(b) = busy_poll.as_mut() {
-                let now = Instant::now();
                 let spin = b.should_spin(now, !self.page_reads.is_empty());
                 let backoffs = b.backoffs();
                 // Judges the time spent polling so far; false if the CPUs are contended.
                 if stretch.before_poll(b, now, spin) {
                     timeout = 0;
+                    spinning = true;
                 }
                 if b.backoffs() > backoffs {
                     add(&self.stats().busy_poll_backoffs, 1);
                 }
             }
-            let (hold_began, wake_by) = wake_hold.before_poll(Instant::now(), timeout == 0);
-            if hold_began {
-                add(&self.stats().cpu_wake_latency_holds, 1);
+            let (hold_change, wake_by) = wake_hold.before_poll(now, spinning);
+            match hold_change {
+                Some(true) => add(&self.stats().cpu_wake_latency_holds, 1),
+                Some(false) => add(&self.stats().cpu_wake_latency_releases, 1),
+                None => {}
             }
             if let Some(ms) = wake_by {
                 timeout = if timeout < 0 { ms } else { timeout.min(ms) };

@@ -85,21 +85,22 @@ impl WakeLatencyHold {
         }
     }
 
-    /// Called before each poll at `now`. Returns whether a hold began (for the region's
-    /// counter) and a cap on a sleeping poll's timeout, in milliseconds.
-    pub fn before_poll(&mut self, now: Instant, spinning: bool) -> (bool, Option<i32>) {
+    /// Called before each poll at `now`; `spinning`: this poll will not sleep. Returns the
+    /// change (`Some(true)`: the request was taken, `Some(false)`: lifted; for the region's
+    /// counters) and a cap on a sleeping poll's timeout, in milliseconds.
+    pub fn before_poll(&mut self, now: Instant, spinning: bool) -> (Option<bool>, Option<i32>) {
         let Some(request) = self.request.as_mut() else {
-            return (false, None);
+            return (None, None);
         };
         let result = match self.timer.before_poll(now, spinning) {
-            HoldDecision::Hold => request.hold().map(|_| (true, None)),
-            HoldDecision::Keep(cap) => Ok((false, cap)),
-            HoldDecision::Release => request.release().map(|_| (false, None)),
+            HoldDecision::Hold => request.hold().map(|_| (Some(true), None)),
+            HoldDecision::Keep(cap) => Ok((None, cap)),
+            HoldDecision::Release => request.release().map(|_| (Some(false), None)),
         };
         result.unwrap_or_else(|_| {
-            // Closing the descriptor drops the request in the kernel.
+            // Not tried again; dropping it lifts it (or closes it, which drops it).
             self.request = None;
-            (false, None)
+            (None, None)
         })
     }
 }
@@ -167,10 +168,10 @@ mod tests {
     fn without_a_request_nothing_is_held_or_capped() {
         let mut h = WakeLatencyHold::new(None);
         let t0 = Instant::now();
-        assert_eq!(h.before_poll(t0, true), (false, None));
+        assert_eq!(h.before_poll(t0, true), (None, None));
         assert_eq!(
             h.before_poll(t0 + Duration::from_millis(1), false),
-            (false, None)
+            (None, None)
         );
     }
 }
