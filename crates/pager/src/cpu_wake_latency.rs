@@ -11,11 +11,11 @@
 //!
 //! The request is the kernel's documented interface for this (`Documentation/power/pm_qos_interface.rst`):
 //! while the descriptor is open, its value bounds the exit latency of the idle states cpuidle
-//! may choose on every CPU; 0 leaves only polling. The kernel drops the request when the
-//! descriptor closes, also when the process dies; a held request is lifted before it is
-//! dropped, so a child forked meanwhile (which shares the descriptor until it exits or execs:
-//! it is close-on-exec) does not keep it in force. Opening the device needs root (it is mode
-//! 0600); without it there is no request and nothing changes.
+//! may choose on every CPU; 0 leaves only polling. The kernel drops the request when its
+//! last descriptor closes, also when the process dies. A child forked without exec shares the
+//! descriptor (it is close-on-exec) until it exits; so a held request is lifted before it is
+//! dropped, and only a process killed while holding it leaves it to such a child. Opening the
+//! device needs root (it is mode 0600); without it there is no request and nothing changes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
