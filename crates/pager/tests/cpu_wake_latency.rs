@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use common::{pattern, read, supported, write, Rng};
+use common::{pattern, read, supported, write_patterns, Rng};
 use memvisor_pager::{page_size, Region, RegionConfig, CPU_LATENCY_DEVICE};
 
 /// The CPU latency constraint in force, microseconds.
@@ -39,11 +39,7 @@ fn filled_region(wake: bool, dir: &std::path::Path) -> Region {
             .cpu_wake_latency(wake),
     )
     .unwrap();
-    let mut buf = vec![0u8; ps];
-    for p in 0..4096 {
-        pattern(p as u64, &mut buf);
-        write(&region, p * ps, &buf);
-    }
+    write_patterns(&region, 4096);
     region
 }
 

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{pattern, read, stress_seed, supported, wait_for_samples, write, Rng};
+use common::{pattern, read, stress_seed, supported, wait_for_samples, write, write_patterns, Rng};
 use std::time::Duration;
 
 use memvisor_pager::{
@@ -32,11 +32,8 @@ fn sequential_pass_survives_eviction() {
         // 8.5 chunks: the last chunk is partial.
         let size = 8 * chunk + chunk / 2;
         let region = Region::new(config(size, 2 * chunk, chunk, dir.path()).resolve(mode)).unwrap();
+        write_patterns(&region, size / ps);
         let mut buf = vec![0u8; ps];
-        for p in 0..size / ps {
-            pattern(p as u64, &mut buf);
-            write(&region, p * ps, &buf);
-        }
         let mut got = vec![0u8; ps];
         for _pass in 0..2 {
             for p in 0..size / ps {
@@ -937,12 +934,9 @@ fn a_minor_fault_maps_its_run_and_the_other_runs_keep_their_written_state() {
             .sample_interval(Some(Duration::from_millis(5))),
     )
     .unwrap();
+    write_patterns(&region, 8 * chunk / ps);
     let mut buf = vec![0u8; ps];
     let mut got = vec![0u8; ps];
-    for p in 0..8 * chunk / ps {
-        pattern(p as u64, &mut buf);
-        write(&region, p * ps, &buf);
-    }
     // Chunk 0 is out; pages 1, 5 and 9 come back one by one: three runs of one page.
     region.barrier().unwrap();
     assert!(!region.covered_pages_resident(0, chunk));
@@ -1187,11 +1181,8 @@ fn the_residency_hint_follows_page_ins_and_evictions() {
         !region.covered_pages_resident(0, chunk),
         "nothing touched yet"
     );
+    write_patterns(&region, size / ps);
     let mut buf = vec![0u8; ps];
-    for p in 0..size / ps {
-        pattern(p as u64, &mut buf);
-        write(&region, p * ps, &buf);
-    }
     region.barrier().unwrap();
     assert_eq!(hinted(&region), in_memfd(&region), "after the writes");
     assert!(
@@ -1283,11 +1274,7 @@ fn busy_polling_backs_off_while_every_cpu_is_busy() {
         config(size, 256 * ps, 16 * ps, dir.path()).busy_poll(Some(Duration::from_micros(200))),
     )
     .unwrap();
-    let mut buf = vec![0u8; ps];
-    for p in 0..size / ps {
-        pattern(p as u64, &mut buf);
-        write(&region, p * ps, &buf);
-    }
+    write_patterns(&region, size / ps);
     // The fill may already have backed off (its own page-out threads want the CPUs too):
     // count what the busy threads add.
     let before = region.stats().busy_poll_backoffs;

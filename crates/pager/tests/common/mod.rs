@@ -81,6 +81,16 @@ pub fn pattern(seed: u64, buf: &mut [u8]) {
     }
 }
 
+/// Writes `pattern(p)` into each of the region's first `pages` pages.
+pub fn write_patterns(region: &Region, pages: usize) {
+    let ps = memvisor_pager::page_size();
+    let mut buf = vec![0u8; ps];
+    for p in 0..pages {
+        pattern(p as u64, &mut buf);
+        write(region, p * ps, &buf);
+    }
+}
+
 /// `write(2)` of region memory into a pipe: the kernel reads it, so a poisoned page gives
 /// `EFAULT` instead of killing the test with SIGBUS.
 pub fn kernel_reads(r: &Region, offset: usize, len: usize) -> std::io::Result<Vec<u8>> {
