@@ -9,6 +9,7 @@ macro_rules! region_counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         /// Event counters of a region (see `RegionStats` for each one's meaning).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
         pub struct RegionCounters {
             $($(#[$doc])* pub $name: u64,)*
         }
@@ -72,6 +73,14 @@ region_counters!(
     readahead_hits,
     /// Asynchronous page-ins: the faulting thread released after its own page.
     early_wakes,
+    /// Page-ins of a scattered fault (the page alone).
+    scattered_page_ins,
+    /// Single-page reads the fault loop did not wait for (parallel page-in).
+    parallel_page_reads,
+    /// Times busy polling backed off because the CPUs were contended.
+    busy_poll_backoffs,
+    /// Times idle CPUs were asked to poll while the handler did.
+    cpu_wake_latency_holds,
 );
 
 impl RegionCounters {
