@@ -36,6 +36,10 @@ pub(crate) struct ImageBlocks {
     /// Per region page: the block's offset, then `(image + 1) << 32 | crc` with bit 63 set
     /// once checked; all zero without an association. Empty until the first association.
     by_page: Vec<[u64; 2]>,
+    /// Per group of [`GROUP_PAGES`] region pages: how many of them are associated, so that
+    /// asking about a chunk (eviction's search for image chunks looks at up to 256 chunks per
+    /// eviction) reads a few counts, not every page's entry. Empty until the first association.
+    per_group: Vec<u16>,
     /// Associated pages.
     associated: usize,
     /// Per image: (block offset, region page). Several pages may copy one block.
@@ -44,6 +48,9 @@ pub(crate) struct ImageBlocks {
 
 /// `ImageBlocks::by_page`'s second word: the checked bit.
 const CHECKED: u64 = 1 << 63;
+
+/// Pages per group counted in `ImageBlocks::per_group`.
+const GROUP_PAGES: usize = 64;
 
 impl ImageBlock {
     fn pack(&self) -> [u64; 2] {
@@ -70,6 +77,7 @@ impl ImageBlocks {
             images: Vec::new(),
             region_pages,
             by_page: Vec::new(),
+            per_group: Vec::new(),
             associated: 0,
             by_offset: Vec::new(),
         }
@@ -110,7 +118,25 @@ impl ImageBlocks {
 
     /// Whether any of pages `first..first + n` is associated.
     pub fn any_in(&self, first: usize, n: usize) -> bool {
-        self.associated > 0 && (first..first + n).any(|p| self.get(p).is_some())
+        if self.associated == 0 {
+            return false;
+        }
+        let end = (first + n).min(self.by_page.len());
+        let mut p = first;
+        while p < end {
+            let group_end = ((p / GROUP_PAGES + 1) * GROUP_PAGES).min(end);
+            let whole = p % GROUP_PAGES == 0 && group_end - p == GROUP_PAGES;
+            let found = if whole {
+                self.per_group[p / GROUP_PAGES] > 0
+            } else {
+                (p..group_end).any(|q| self.get(q).is_some())
+            };
+            if found {
+                return true;
+            }
+            p = group_end;
+        }
+        false
     }
 
     /// Page `page` is now a copy of `block` (an earlier association of the page ends). A
@@ -126,9 +152,11 @@ impl ImageBlocks {
         if self.by_page.is_empty() {
             // Zeroed: a fresh mapping, its pages untouched until written.
             self.by_page = vec![[0; 2]; self.region_pages];
+            self.per_group = vec![0; self.region_pages.div_ceil(GROUP_PAGES)];
         }
         set.insert((block.offset, page));
         self.by_page[page] = block.pack();
+        self.per_group[page / GROUP_PAGES] += 1;
         self.associated += 1;
     }
 
@@ -137,6 +165,7 @@ impl ImageBlocks {
         let slot = self.by_page.get_mut(page)?;
         let b = ImageBlock::unpack(*slot)?;
         *slot = [0; 2];
+        self.per_group[page / GROUP_PAGES] -= 1;
         self.associated -= 1;
         if let Some(set) = self.by_offset.get_mut(b.image as usize) {
             set.remove(&(b.offset, page));
@@ -184,9 +213,21 @@ impl ImageBlocks {
                 total
             ));
         }
-        for (p, b) in pages {
-            if !self.by_offset[b.image as usize].contains(&(b.offset, p)) {
+        for (p, b) in &pages {
+            if !self.by_offset[b.image as usize].contains(&(b.offset, *p)) {
                 return Err(format!("page {p}: block {:#x} not indexed", b.offset));
+            }
+        }
+        let mut actual_per_group = vec![0usize; self.per_group.len()];
+        for (p, _) in &pages {
+            actual_per_group[p / GROUP_PAGES] += 1;
+        }
+        for (g, (&count, &actual)) in self.per_group.iter().zip(&actual_per_group).enumerate() {
+            if usize::from(count) != actual {
+                return Err(format!(
+                    "pages {}..: {count} associated counted, {actual} found",
+                    g * GROUP_PAGES
+                ));
             }
         }
         Ok(())
@@ -262,6 +303,52 @@ mod tests {
         t.insert(4, block(i, 0));
         t.insert(1, block(7, 0));
         assert_eq!((t.get(1), t.get(4), t.len()), (None, None, 2));
+        t.check().unwrap();
+    }
+
+    #[test]
+    fn any_in_agrees_with_a_scan_of_every_page() {
+        let (_f, img) = image();
+        // Not a multiple of the group: the last group is partial.
+        let pages = 1000;
+        let mut t = ImageBlocks::new(pages);
+        let i = t.image_index(&img);
+        let mut shadow = vec![false; pages];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as usize
+        };
+        for step in 0..20_000 {
+            let p = next(pages);
+            if next(3) == 0 {
+                t.remove(p);
+                shadow[p] = false;
+            } else {
+                // Only in even groups of 64: odd groups stay empty, even ones fill.
+                let p = p - p % 128 + p % 64;
+                t.insert(p, block(i, 4096 * p as u64));
+                shadow[p] = true;
+            }
+            if next(4) != 0 {
+                let q = next(pages);
+                t.remove(q);
+                shadow[q] = false;
+            }
+            let (first, n) = match step % 3 {
+                0 => (next(pages / 256 + 1) * 256, 256),
+                1 => (next(pages), next(300) + 1),
+                _ => (next(pages / 64 + 1) * 64, 64),
+            };
+            let expected = (first..(first + n).min(pages)).any(|q| shadow[q]);
+            assert_eq!(
+                t.any_in(first, n),
+                expected,
+                "step {step}: pages {first}+{n}"
+            );
+        }
         t.check().unwrap();
     }
 
