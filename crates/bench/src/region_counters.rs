@@ -81,6 +81,10 @@ region_counters!(
     busy_poll_backoffs,
     /// Times idle CPUs were asked to poll while the handler did.
     cpu_wake_latency_holds,
+    /// Page-ins that waited for page-out writes to free room.
+    page_in_write_waits,
+    /// Faults on a chunk while it was being written.
+    faults_during_write,
 );
 
 impl RegionCounters {
