@@ -307,13 +307,36 @@ mod tests {
     }
 
     #[test]
+    fn any_in_at_group_edges() {
+        let (_f, img) = image();
+        // Three groups and a partial fourth (pages 192..200).
+        let mut t = ImageBlocks::new(200);
+        let i = t.image_index(&img);
+        assert!(!t.any_in(0, 200), "no association yet");
+        t.insert(64 + 5, block(i, 0));
+        assert!(!t.any_in(64, 5), "the group holds one, but not in 64..69");
+        assert!(t.any_in(64, 6));
+        assert!(t.any_in(0, 128) && !t.any_in(0, 64) && !t.any_in(128, 64));
+        assert!(!t.any_in(70, 58), "the rest of the group");
+        assert!(!t.any_in(69, 0), "an empty range");
+        t.insert(199, block(i, 4096));
+        assert!(t.any_in(192, 8) && t.any_in(192, 64) && t.any_in(199, 1));
+        assert!(!t.any_in(192, 7));
+        assert!(!t.any_in(200, 64) && !t.any_in(5000, 1), "past the region");
+        t.remove(199);
+        assert!(!t.any_in(192, 64));
+        t.check().unwrap();
+    }
+
+    #[test]
     fn any_in_agrees_with_a_scan_of_every_page() {
         let (_f, img) = image();
-        // Not a multiple of the group: the last group is partial.
+        // Not a multiple of the group: the last group (960..1000) is partial.
         let pages = 1000;
         let mut t = ImageBlocks::new(pages);
         let i = t.image_index(&img);
         let mut shadow = vec![false; pages];
+        let mut held: Vec<usize> = Vec::new();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = |m: usize| {
             x ^= x << 13;
@@ -321,34 +344,45 @@ mod tests {
             x ^= x << 17;
             (x % m as u64) as usize
         };
-        for step in 0..20_000 {
-            let p = next(pages);
-            if next(3) == 0 {
-                t.remove(p);
-                shadow[p] = false;
-            } else {
-                // Only in even groups of 64: odd groups stay empty, even ones fill.
-                let p = p - p % 128 + p % 64;
+        let (mut empty_whole, mut held_whole) = (0, 0);
+        for step in 0..50_000 {
+            // 20 to 40 associations over 10 groups: whole groups are often empty, often not.
+            if held.len() < 20 || (held.len() < 40 && next(2) == 0) {
+                let p = next(pages);
+                // Only in even groups and the partial last one: odd groups stay empty.
+                let p = if (p / GROUP_PAGES) % 2 == 1 && p < 960 {
+                    p - GROUP_PAGES
+                } else {
+                    p
+                };
+                if !shadow[p] {
+                    held.push(p);
+                }
                 t.insert(p, block(i, 4096 * p as u64));
                 shadow[p] = true;
+            } else {
+                let p = held.swap_remove(next(held.len()));
+                assert!(t.remove(p).is_some());
+                shadow[p] = false;
             }
-            if next(4) != 0 {
-                let q = next(pages);
-                t.remove(q);
-                shadow[q] = false;
-            }
-            let (first, n) = match step % 3 {
+            let (first, n) = match step % 5 {
                 0 => (next(pages / 256 + 1) * 256, 256),
-                1 => (next(pages), next(300) + 1),
-                _ => (next(pages / 64 + 1) * 64, 64),
+                1 => (next(pages / 64 + 1) * 64, 64),
+                2 => (next(pages / 64 + 1) * 64, next(64)),
+                3 => (next(pages + 100), next(300)),
+                _ => (next(pages), next(300) + 1),
             };
             let expected = (first..(first + n).min(pages)).any(|q| shadow[q]);
-            assert_eq!(
-                t.any_in(first, n),
-                expected,
-                "step {step}: pages {first}+{n}"
-            );
+            if n == GROUP_PAGES && first % GROUP_PAGES == 0 && first + n <= pages {
+                if expected {
+                    held_whole += 1;
+                } else {
+                    empty_whole += 1;
+                }
+            }
+            assert_eq!(t.any_in(first, n), expected, "step {step}: pages {first}+{n}");
         }
+        assert!(empty_whole > 1000 && held_whole > 1000, "{empty_whole} / {held_whole}");
         t.check().unwrap();
     }
 
