@@ -380,9 +380,16 @@ mod tests {
                     empty_whole += 1;
                 }
             }
-            assert_eq!(t.any_in(first, n), expected, "step {step}: pages {first}+{n}");
+            assert_eq!(
+                t.any_in(first, n),
+                expected,
+                "step {step}: pages {first}+{n}"
+            );
         }
-        assert!(empty_whole > 1000 && held_whole > 1000, "{empty_whole} / {held_whole}");
+        assert!(
+            empty_whole > 1000 && held_whole > 1000,
+            "{empty_whole} / {held_whole}"
+        );
         t.check().unwrap();
     }
 
