@@ -346,7 +346,7 @@ mod tests {
         };
         let (mut empty_whole, mut held_whole) = (0, 0);
         for step in 0..50_000 {
-            // 20 to 40 associations over 10 groups: whole groups are often empty, often not.
+            // 20 to 40 associations over 9 groups: whole groups are often empty, often not.
             if held.len() < 20 || (held.len() < 40 && next(2) == 0) {
                 let p = next(pages);
                 // Only in even groups and the partial last one: odd groups stay empty.
