@@ -170,6 +170,7 @@ pub fn crc32c(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::TestRng;
 
     #[test]
     fn known_vectors() {
@@ -189,14 +190,9 @@ mod tests {
     #[test]
     fn the_three_lanes_match_one_chain_at_every_length_and_offset() {
         // Lengths around one and two blocks of three lanes, and pages, at unaligned starts.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = TestRng::new(0x9E37_79B9_7F4A_7C15);
         let data: Vec<u8> = (0..3 * 3 * LANE + 4200)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
+            .map(|_| rng.next_u64() as u8)
             .collect();
         let lengths = [
             3 * LANE - 1,

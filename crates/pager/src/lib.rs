@@ -75,6 +75,8 @@ mod straddled_drops;
 mod swap_file;
 mod swap_full;
 mod swap_io;
+#[cfg(test)]
+mod test_rng;
 mod thread_pool_writer;
 mod thread_start_hook;
 mod uring_completion;

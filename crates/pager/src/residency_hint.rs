@@ -73,6 +73,7 @@ impl ResidencyHint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::TestRng;
 
     #[test]
     fn ranges_across_words_are_set_checked_and_cleared() {
@@ -99,13 +100,8 @@ mod tests {
         let pages = 777;
         let h = ResidencyHint::new(pages);
         let mut shadow = vec![false; pages];
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |m: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m as u64) as usize
-        };
+        let mut rng = TestRng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = |m: usize| rng.below(m);
         for _ in 0..5000 {
             let (first, n, on) = (next(pages), next(130), next(2) == 1);
             h.set_range(first, n, on);

@@ -237,6 +237,7 @@ impl ImageBlocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::TestRng;
 
     fn image() -> (tempfile::NamedTempFile, Arc<ImageFile>) {
         let f = tempfile::NamedTempFile::new().unwrap();
@@ -337,13 +338,8 @@ mod tests {
         let i = t.image_index(&img);
         let mut shadow = vec![false; pages];
         let mut held: Vec<usize> = Vec::new();
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |m: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m as u64) as usize
-        };
+        let mut rng = TestRng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = |m: usize| rng.below(m);
         let (mut empty_whole, mut held_whole) = (0, 0);
         for step in 0..50_000 {
             // 20 to 40 associations over 9 groups: whole groups are often empty, often not.
