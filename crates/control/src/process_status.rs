@@ -44,7 +44,8 @@ pub struct ProcessStatus {
 pub struct ImageStatus {
     /// The path the image was opened from (it may have been renamed since).
     pub path: String,
-    /// `default` (the kernel's cache) or `exclusive` (blocks the guest holds are dropped).
+    /// `default` (the kernel's cache) or `exclusive` (blocks the guest holds are dropped: at
+    /// once, or under a limit when the room is needed).
     pub host_cache: String,
     /// Bytes the program read from the image into guest RAM.
     pub guest_read_bytes: u64,
@@ -63,6 +64,12 @@ pub struct ImageStatus {
     pub cache_limit_bytes: Option<u64>,
     /// Bytes the limit's CAR model holds (what the host cache should hold).
     pub cache_model_bytes: u64,
+    /// Of [`cache_model_bytes`](Self::cache_model_bytes), the bytes the guest holds too (an
+    /// `exclusive` host cache under a limit keeps them until the room is needed).
+    pub cache_guest_held_bytes: u64,
+    /// Bytes the guest let go while the model still held them (cumulative): kept in the host
+    /// cache as blocks only it holds, instead of being read from the disk again.
+    pub cache_guest_released_bytes: u64,
     /// Block accesses of the image the model found in it (cumulative, since the limit was
     /// set).
     pub cache_hits: u64,

@@ -232,6 +232,18 @@ const IMAGE_FAMILIES: &[ImageFamily] = &[
         value: |i| i.cache_model_bytes,
     },
     ImageFamily {
+        name: "memvisor_image_cache_guest_held_bytes",
+        kind: "gauge",
+        help: "Of the model's bytes, those the guest holds too (exclusive host cache under a limit).",
+        value: |i| i.cache_guest_held_bytes,
+    },
+    ImageFamily {
+        name: "memvisor_image_cache_guest_released_bytes_total",
+        kind: "counter",
+        help: "Bytes the guest let go while the host cache still held them (kept as blocks only the host holds).",
+        value: |i| i.cache_guest_released_bytes,
+    },
+    ImageFamily {
         name: "memvisor_image_cache_hits_total",
         kind: "counter",
         help: "Block accesses of the image found in its cache model.",

@@ -56,7 +56,9 @@ pub struct RunArgs {
     /// Host page cache of the disk images QEMU reads into guest RAM: `default` leaves it to
     /// the kernel; `exclusive` drops the blocks from the host cache right after each read
     /// into guest RAM (never a dirty page) and lets them back in when memvisor evicts the
-    /// guest page the image holds, so the host caches what the guest does not. Not the
+    /// guest page the image holds, so the host caches what the guest does not. With
+    /// `--image-cache` too, the guest's blocks stay until the limit needs the room, and those
+    /// the guest lets go from its own page cache meanwhile stay as the host's. Not the
     /// default: an image shared with other VMs (a backing file) loses its cached blocks for
     /// all of them, and a guest re-reading what it dropped itself reads the disk.
     #[arg(long, value_name = "MODE", default_value = "default",

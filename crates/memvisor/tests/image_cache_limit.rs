@@ -135,15 +135,7 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     );
 
     drop(stdin);
-    let o = child.wait_with_output().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(
-        o.status.success() && rest.contains("OK"),
-        "status {:?}\nstdout: {rest}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
+    expect_ok_exit(child, out);
 }
 
 #[test]

@@ -58,15 +58,7 @@ fn run(mapper: &str) -> memvisor_control::RegionStatus {
         .cloned()
         .unwrap_or_else(|| panic!("no guest-memfd region: {st:?}"));
     child.stdin.take().unwrap().flush().unwrap();
-    let o = child.wait_with_output().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(
-        o.status.success() && rest.contains("OK"),
-        "status {:?}\nstdout: {rest}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
+    expect_ok_exit(child, out);
     assert_eq!(
         guest.read_errors + guest.write_errors + guest.poisoned_chunks,
         0,

@@ -20,9 +20,14 @@
 //! process can neither write nor owns) nothing is dropped, with one message per image.
 //!
 //! Either mode can also hold the image's cache to a limit ([`crate::image_cache_limit`]): its
-//! CAR model sees every access that goes through the host cache (in `exclusive` mode, not the
-//! reads into guest RAM, whose blocks leave the cache and the model; a demoted block enters
-//! both).
+//! CAR model sees every access that goes through the host cache. In `exclusive` mode under a
+//! limit, a block read into guest RAM is not dropped at once: the model holds it as one the
+//! guest holds too ([`crate::guest_held_blocks`]), which goes first when room is needed as long
+//! as CAR's blocks take at most three quarters of the limit. When the guest lets it go
+//! (memvisor evicts its page, or the guest reads over, discards or changes the page) while it
+//! is still cached, it stays as a block only the host holds, which the guest's own page cache
+//! evictions would otherwise have sent back to the disk. Without a limit, the reads into guest
+//! RAM leave the cache at once.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -40,7 +45,8 @@ pub enum HostCache {
     /// Leave it to the kernel.
     #[default]
     Default,
-    /// Drop blocks the guest holds after each read into guest RAM; let a block back in when
+    /// Drop blocks the guest holds after each read into guest RAM (under a limit: when the
+    /// room is needed, keeping the blocks the guest lets go); let a block back in when
     /// memvisor evicts the guest page the image holds.
     Exclusive,
 }
@@ -158,7 +164,8 @@ impl ImageHostCache {
 
     /// The guest now holds bytes `[off, off + len)` of the image (`fd`, `path` for messages):
     /// in `exclusive` mode, drops the whole pages of the range from the host cache, keeping
-    /// dirty and writeback pages.
+    /// dirty and writeback pages; under a limit, the model holds them as the guest's instead
+    /// and drops them when the room is needed.
     pub fn guest_holds(
         &self,
         fd: RawFd,
@@ -172,7 +179,12 @@ impl ImageHostCache {
             self.accessed(fd, path, off, len, read_nanos);
             return;
         }
-        self.limit.removed(off, len);
+        // Under a limit: kept until the room is needed or the guest lets the blocks go.
+        match self.limit.guest_read(fd, off, len, read_nanos) {
+            Ok(true) => return,
+            Ok(false) => {} // no limit: dropped now
+            Err((what, e)) => return self.warn_once(path, what, &e),
+        }
         let pg = page();
         let (s, e) = (off.next_multiple_of(pg), off.saturating_add(len) / pg * pg);
         if e <= s {
@@ -221,15 +233,39 @@ impl ImageHostCache {
         let end = off.saturating_add(len);
         let end = end.checked_next_multiple_of(page()).unwrap_or(end);
         self.pending().forget(off, end);
-        if !cached {
-            if let Err(e) = fadvise(fd, off, len, libc::POSIX_FADV_WILLNEED) {
-                self.warn_once(path, "posix_fadvise(WILLNEED)", &e);
-                return;
-            }
-        }
+        // Under a limit, the blocks still cached from the guest's read are now blocks only
+        // the host holds, without a read; the rest is let back in.
+        let rest = self
+            .limit
+            .guest_released(off, len)
+            .unwrap_or_else(|| vec![(off, len)]);
         self.demoted_bytes.fetch_add(len, Ordering::Relaxed);
-        // Back in the host cache: the limit's model takes it in (and may evict for it).
-        self.accessed(fd, path, off, len, 0);
+        for (o, l) in rest {
+            // Clipped to the range (a model block may be larger than a page).
+            let (o, l) = (
+                o.max(off),
+                (o + l).min(off + len).saturating_sub(o.max(off)),
+            );
+            if !cached {
+                if let Err(e) = fadvise(fd, o, l, libc::POSIX_FADV_WILLNEED) {
+                    self.warn_once(path, "posix_fadvise(WILLNEED)", &e);
+                    return;
+                }
+            }
+            // Back in the host cache: the limit's model takes it in (and may evict for it).
+            self.accessed(fd, path, o, l, 0);
+        }
+    }
+
+    /// The guest let bytes `[off, off + len)` of the image go from its RAM (the page that held
+    /// them was read over, discarded, or found changed): in `exclusive` mode under a limit,
+    /// the blocks still cached since the guest's read stay, as blocks only the host holds.
+    /// Nothing else (without a limit they left the host cache at the read).
+    pub fn guest_dropped(&self, off: u64, len: u64) {
+        if self.mode() == HostCache::Exclusive && len > 0 {
+            // The blocks not held were dropped already (or never cached): nothing to do.
+            let _ = self.limit.guest_released(off, len);
+        }
     }
 
     /// The program read or wrote bytes `[off, off + len)` of the image through the host cache

@@ -284,16 +284,20 @@ impl CacheLimit {
     }
 
     /// Sets (`Some`) or lifts (`None`) the limit of the image `fd` of `file_len` bytes; a
-    /// smaller limit drops what the model evicts for it at once.
+    /// smaller limit drops what the model evicts for it at once, and lifting it drops the
+    /// blocks the model held as the guest's (an exclusive cache).
     pub fn set(&self, fd: i32, limit: Option<u64>, file_len: u64) -> Result<(), CallError> {
         let mut work = Work::default();
         {
             let mut state = self.state();
             match (limit, state.as_mut()) {
                 (None, _) => {
-                    // The descriptor gets its readahead back.
+                    // The descriptor gets its readahead back. Blocks the model kept while the
+                    // guest holds them (an exclusive cache) leave, as without a limit they
+                    // would have at the read.
                     if let Some(mut l) = state.take() {
                         work.advice = l.normal_again();
+                        work.victims = l.model.guest_held_ranges();
                     }
                 }
                 (Some(bytes), Some(l)) => {
@@ -324,15 +328,54 @@ impl CacheLimit {
     /// cache: the model is told, and its victims leave the host cache. `read_nanos`: how long
     /// the program's read took (0 for writes and untimed reads), counted if it missed.
     pub fn accessed(&self, fd: i32, off: u64, len: u64, read_nanos: u64) -> Result<(), CallError> {
+        self.touched(fd, off, len, read_nanos, false).map(|_| ())
+    }
+
+    /// The guest read bytes `[off, off + len)` of the image `fd` into its RAM through the host
+    /// cache, in an exclusive cache: as [`accessed`](Self::accessed), but the model holds the
+    /// blocks as ones the guest holds too ([`ImageCacheModel::guest_read`]), the first to go.
+    /// Returns whether a limit was set (without one, nothing was done).
+    pub fn guest_read(
+        &self,
+        fd: i32,
+        off: u64,
+        len: u64,
+        read_nanos: u64,
+    ) -> Result<bool, CallError> {
+        self.touched(fd, off, len, read_nanos, true)
+    }
+
+    /// The guest let bytes `[off, off + len)` go ([`ImageCacheModel::guest_released`]): the
+    /// byte ranges of the blocks the model did not hold as the guest's (empty: the host cache
+    /// still holds all of it); `None` without a limit.
+    pub fn guest_released(&self, off: u64, len: u64) -> Option<Victims> {
+        self.state()
+            .as_mut()
+            .map(|l| l.model.guest_released(off, len))
+    }
+
+    /// Tells the model, drops its victims; whether a limit was set.
+    fn touched(
+        &self,
+        fd: i32,
+        off: u64,
+        len: u64,
+        read_nanos: u64,
+        guest_read: bool,
+    ) -> Result<bool, CallError> {
         let work = {
             let mut state = self.state();
             let Some(l) = state.as_mut() else {
-                return Ok(());
+                return Ok(false);
             };
             let mut work = Work::default();
             let misses = l.model.figures_misses();
             let now = Instant::now();
-            l.model.access(off, len, &mut work.victims);
+            if guest_read {
+                l.model.guest_read(off, len, &mut work.victims);
+            } else {
+                l.model.access(off, len, &mut work.victims);
+            }
             l.follow_stream(off, len, now);
             let missed = l.model.figures_misses() - misses;
             if missed > 0 && read_nanos > 0 {
@@ -355,7 +398,7 @@ impl CacheLimit {
             }
             work
         };
-        self.run(fd, work)
+        self.run(fd, work).map(|()| true)
     }
 
     /// The program read `len` bytes of the image through its descriptor `program_fd` (after
@@ -367,14 +410,6 @@ impl CacheLimit {
             None => return Ok(()),
         };
         give_advice(&advice)
-    }
-
-    /// Bytes `[off, off + len)` left the host cache for another reason (the guest holds them):
-    /// they leave the model too.
-    pub fn removed(&self, off: u64, len: u64) {
-        if let Some(l) = self.state().as_mut() {
-            l.model.remove(off, len);
-        }
     }
 
     /// Drops victims, retries unclean ones, reconciles if due.

@@ -10,15 +10,28 @@
 //! bytes evicted since, as in [`RefaultHistory`]): the image's curve, the misses that a larger
 //! limit would have saved, for the broker.
 //!
+//! In an exclusive host cache ([`HostCache::Exclusive`](crate::host_cache::HostCache)) the
+//! blocks the guest reads into its RAM are held too, apart from CAR's lists
+//! ([`GuestHeldBlocks`]): they count against the limit and go first when room is needed, as
+//! long as CAR holds at most three quarters of it (else CAR's victim goes); a block the guest
+//! lets go while still held joins CAR's lists, as a block only the host caches.
+//!
 //! Blocks are one page for images up to 1 GiB, and larger for larger images (a power of two,
 //! so that the refault stamps stay under [`MAX_STAMPS`] entries).
 
 use memvisor_policy::{Car, EvictionPolicy, RefaultHistory, RefaultScale};
 
+use crate::guest_held_blocks::GuestHeldBlocks;
+
 /// Most per-block refault stamps kept per image (8 bytes each).
 pub const MAX_STAMPS: u64 = 1 << 18;
 /// Refault buckets: one block wide up to 32 blocks, then 16 per doubling (as regions).
 const SUB_BUCKETS: u64 = 16;
+/// Until the guest has let enough blocks go to measure how long it keeps them, a block it
+/// holds counts as kept for good (the first to go) once this many model capacities of blocks
+/// were read after it: a guest whose blocks are never seen let go (the swap mapper off) would
+/// otherwise hold the first blocks it read in the cache for ever.
+const FALLBACK_EXPIRY: u64 = 4;
 
 /// Hits, misses and the curve of an [`ImageCacheModel`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +55,11 @@ pub struct ImageCacheFigures {
     pub sub_buckets: u64,
     /// Bytes the model evicted so far.
     pub evicted_bytes: u64,
+    /// Of `resident_bytes`, the bytes the guest holds too (an exclusive cache).
+    pub guest_held_bytes: u64,
+    /// Bytes the guest let go while the model held them (cumulative; an exclusive cache):
+    /// blocks the host cache kept for when the guest reads them again.
+    pub guest_released_bytes: u64,
 }
 
 /// A CAR model of one image's host cache under a limit.
@@ -49,7 +67,12 @@ pub struct ImageCacheFigures {
 pub struct ImageCacheModel {
     block: u64,
     limit: u64,
+    /// Blocks the model holds, at most.
+    capacity: usize,
+    /// The blocks only the host cache holds.
     car: Car,
+    /// The blocks the guest holds too.
+    guest_held: GuestHeldBlocks,
     history: RefaultHistory,
     hits: u64,
     misses: u64,
@@ -69,7 +92,9 @@ impl ImageCacheModel {
         Self {
             block,
             limit,
+            capacity,
             car: Car::new(capacity),
+            guest_held: GuestHeldBlocks::default(),
             // Distances up to the image's size (at most 2 * 16 + 16 * 18 buckets: the image has
             // at most 2^18 blocks), whatever the limit is later set to.
             history: RefaultHistory::new(units, scale, file_len.max(block)),
@@ -104,7 +129,12 @@ impl ImageCacheModel {
         if len == 0 {
             return;
         }
+        let from = victims.len();
         for b in self.blocks(off, len) {
+            if self.guest_held.contains(b) {
+                self.hits += 1;
+                continue;
+            }
             if self.car.contains(b) {
                 self.hits += 1;
                 self.car.on_hit(b);
@@ -118,16 +148,96 @@ impl ImageCacheModel {
                 None => {}
             }
         }
+        // After the range, so that no block of it is a victim and then taken in again.
+        self.make_room(victims);
+        self.spare_held(victims, from);
     }
 
-    /// Bytes `[off, off + len)` left the host cache for another reason (the guest holds them,
-    /// in an exclusive cache): the blocks it covers whole leave the model, not as evictions.
-    pub fn remove(&mut self, off: u64, len: u64) {
-        let first = off.div_ceil(self.block);
-        let end = off.saturating_add(len) / self.block;
-        for b in first..end {
-            self.car.remove(b);
-            self.history.forget(b as usize);
+    /// The guest read bytes `[off, off + len)` into its RAM through the host cache (an
+    /// exclusive cache under a limit): each block is a hit or a miss, and is held as a block
+    /// the guest holds too; the blocks the model evicts for them are added to `victims`.
+    pub fn guest_read(&mut self, off: u64, len: u64, victims: &mut Victims) {
+        if len == 0 {
+            return;
+        }
+        let from = victims.len();
+        for b in self.blocks(off, len) {
+            if self.guest_held.contains(b) || self.car.remove(b) {
+                self.hits += 1;
+            } else {
+                self.misses += 1;
+                self.history.refault(b as usize);
+            }
+            self.guest_held.stage(b);
+        }
+        self.make_room(victims);
+        self.spare_held(victims, from);
+    }
+
+    /// Cuts the blocks the model holds out of `victims[from..]`: a block CAR evicted for an
+    /// earlier block of a range and took in again for a later one is in the host cache and
+    /// stays there.
+    fn spare_held(&self, victims: &mut Victims, from: usize) {
+        let added = victims.split_off(from);
+        for (o, l) in added {
+            let mut b = o;
+            while b < o + l {
+                if !self.holds(b) {
+                    push_range(victims, b, self.block);
+                }
+                b += self.block;
+            }
+        }
+    }
+
+    /// The guest let bytes `[off, off + len)` go (its page was read over, discarded, found
+    /// changed, or evicted by memvisor): each block still held as one the guest holds joins
+    /// CAR's lists, as a block only the host caches. Returns the byte ranges of the blocks of
+    /// `[off, off + len)` that were not held (empty: all of it is still in the host cache).
+    pub fn guest_released(&mut self, off: u64, len: u64) -> Victims {
+        let mut not_held = Victims::new();
+        for b in self.blocks(off, len) {
+            if self.guest_held.release(b) {
+                // Room was counted for it: CAR holds fewer than its capacity and evicts
+                // nothing.
+                let v = self.car.admit(b);
+                debug_assert!(v.is_none(), "CAR evicted {v:?} for released block {b}");
+            } else {
+                push_range(&mut not_held, b * self.block, self.block);
+            }
+        }
+        not_held
+    }
+
+    /// The byte ranges of the blocks the guest holds too, in ascending order, adjacent ones
+    /// merged.
+    pub fn guest_held_ranges(&self) -> Victims {
+        let mut blocks: Vec<u64> = self.guest_held.blocks().collect();
+        blocks.sort_unstable();
+        let mut out = Victims::new();
+        for b in blocks {
+            push_range(&mut out, b * self.block, self.block);
+        }
+        out
+    }
+
+    /// Evicts until the model holds at most its capacity: a block the guest holds too
+    /// ([`GuestHeldBlocks::take_victim`]; [`FALLBACK_EXPIRY`] capacities of reads as its expiry
+    /// until one is measured) while CAR holds at most three quarters of the capacity (the guest-held blocks
+    /// keep a quarter at least, where the guest's let-go blocks come from), else CAR's victim.
+    fn make_room(&mut self, victims: &mut Victims) {
+        while self.car.len() + self.guest_held.len() > self.capacity {
+            let car_share = self.capacity - self.capacity / 4;
+            let v = if self.car.len() <= car_share || self.car.is_empty() {
+                self.guest_held
+                    .take_victim(self.capacity as u64 * FALLBACK_EXPIRY)
+            } else {
+                self.car.evict()
+            };
+            match v {
+                Some(v) => self.evicted(v, victims),
+                None => break,
+            }
         }
     }
 
@@ -136,8 +246,17 @@ impl ImageCacheModel {
     /// refault history stays.
     pub fn set_limit(&mut self, limit: u64, victims: &mut Victims) {
         let capacity = capacity(limit, self.block);
-        while self.car.len() > capacity {
-            match self.car.evict() {
+        // Every block the guest holds too goes before any of CAR's (a smaller limit is no
+        // time to keep blocks for later), in `take_victim`'s order, then CAR's victims.
+        while self.car.len() + self.guest_held.len() > capacity {
+            let v = match self
+                .guest_held
+                .take_victim(capacity as u64 * FALLBACK_EXPIRY)
+            {
+                Some(v) => Some(v),
+                None => self.car.evict(),
+            };
+            match v {
                 Some(v) => self.evicted(v, victims),
                 None => break,
             }
@@ -151,6 +270,7 @@ impl ImageCacheModel {
         for v in kept {
             self.car.admit(v);
         }
+        self.capacity = capacity;
         self.limit = limit;
     }
 
@@ -160,7 +280,9 @@ impl ImageCacheModel {
             .car
             .units()
             .iter()
-            .map(|(_, b)| b * self.block)
+            .map(|(_, b)| b)
+            .chain(self.guest_held.blocks())
+            .map(|b| b * self.block)
             .collect();
         v.sort_unstable();
         v
@@ -168,7 +290,8 @@ impl ImageCacheModel {
 
     /// Whether the model holds the block at byte `off`.
     pub fn holds(&self, off: u64) -> bool {
-        self.car.contains(off / self.block)
+        let b = off / self.block;
+        self.car.contains(b) || self.guest_held.contains(b)
     }
 
     /// Block accesses that missed so far.
@@ -181,13 +304,15 @@ impl ImageCacheModel {
         ImageCacheFigures {
             limit_bytes: self.limit,
             block_bytes: self.block,
-            resident_bytes: self.car.len() as u64 * self.block,
+            resident_bytes: (self.car.len() + self.guest_held.len()) as u64 * self.block,
             hits: self.hits,
             misses: self.misses,
             refaults: self.history.buckets().to_vec(),
             beyond: self.history.beyond(),
             sub_buckets: SUB_BUCKETS,
             evicted_bytes: self.history.evicted_total(),
+            guest_held_bytes: self.guest_held.len() as u64 * self.block,
+            guest_released_bytes: self.guest_held.released() * self.block,
         }
     }
 }
@@ -318,17 +443,151 @@ mod tests {
         assert_eq!(m.limit(), 64 * PG);
     }
 
+    fn victim_pages(v: &Victims) -> Vec<u64> {
+        let mut out: Vec<u64> = v
+            .iter()
+            .flat_map(|&(o, l)| (o / PG..(o + l) / PG).collect::<Vec<_>>())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     #[test]
-    fn removed_blocks_leave_without_a_victim_or_a_refault() {
-        let mut m = ImageCacheModel::new(8 * PG, 1 << 20, PG);
+    fn blocks_the_guest_holds_count_against_the_limit_and_go_first_newest_first() {
+        let mut m = ImageCacheModel::new(16 * PG, 1 << 20, PG);
         let mut v = Vec::new();
-        m.access(0, 4 * PG, &mut v);
-        // Bytes 100 .. 3 pages + 100 cover pages 1 and 2 whole.
-        m.remove(100, 3 * PG);
-        assert_eq!(m.held_blocks(), vec![0, 3 * PG]);
-        m.access(PG, PG, &mut v);
+        m.access(0, 8 * PG, &mut v);
+        // 20 pages into guest RAM: 8 fit beside CAR's 8; the 12 newest go again at once.
+        m.guest_read(100 * PG, 20 * PG, &mut v);
+        assert_eq!(victim_pages(&v), (108..120).collect::<Vec<_>>());
         let f = m.figures();
-        assert_eq!(f.refaults.iter().sum::<u64>() + f.beyond, 0);
+        assert_eq!(f.resident_bytes, 16 * PG);
+        assert_eq!(f.guest_held_bytes, 8 * PG);
+        assert_eq!((f.hits, f.misses), (0, 28));
+        // The guest lets five go: they stay, as blocks only the host holds; of a range partly
+        // held, what was not is returned.
+        assert!(m.guest_released(100 * PG, 4 * PG).is_empty());
+        assert_eq!(m.guest_released(107 * PG, 2 * PG), vec![(108 * PG, PG)]);
+        assert_eq!(m.guest_held_ranges(), vec![(104 * PG, 3 * PG)]);
+        let f = m.figures();
+        assert_eq!(f.guest_held_bytes, 3 * PG);
+        assert_eq!(f.guest_released_bytes, 5 * PG);
+        assert_eq!(f.resident_bytes, 16 * PG);
+        // The guest reads one of CAR's blocks: a hit, held as the guest's again.
+        v.clear();
+        m.guest_read(0, PG, &mut v);
         assert!(v.is_empty());
+        assert_eq!(m.figures().hits, 1);
+        assert_eq!(m.figures().guest_held_bytes, 4 * PG);
+        // A read through the host cache of a block the guest holds is a hit and changes
+        // nothing.
+        m.access(104 * PG, PG, &mut v);
+        assert_eq!(m.figures().hits, 2);
+        assert!(v.is_empty());
+        assert_eq!(m.held_blocks().len(), 16);
+    }
+
+    #[test]
+    fn without_blocks_let_go_the_guest_s_oldest_go_after_four_capacities_of_reads() {
+        let mut m = ImageCacheModel::new(4 * PG, 1 << 20, PG);
+        let mut v = Vec::new();
+        m.guest_read(0, 4 * PG, &mut v);
+        // Twelve reads later (16 blocks read in all) the first blocks are still within four
+        // capacities: each new block is the newest and goes at once.
+        for i in 0..12 {
+            m.guest_read((100 + i) * PG, PG, &mut v);
+        }
+        assert_eq!(victim_pages(&v), (100..112).collect::<Vec<_>>());
+        assert_eq!(m.guest_held_ranges(), vec![(0, 4 * PG)]);
+        // The next one: block 0 was read 17 blocks ago, past 16: it goes, the new one stays.
+        v.clear();
+        m.guest_read(112 * PG, PG, &mut v);
+        assert_eq!(victim_pages(&v), vec![0]);
+        assert_eq!(m.guest_held_ranges(), vec![(PG, 3 * PG), (112 * PG, PG)]);
+    }
+
+    #[test]
+    fn car_gives_way_down_to_three_quarters_for_blocks_the_guest_reads() {
+        let mut m = ImageCacheModel::new(16 * PG, 1 << 20, PG);
+        let mut v = Vec::new();
+        m.access(0, 16 * PG, &mut v);
+        assert!(v.is_empty());
+        // CAR is full: each of the first four guest reads pushes one of CAR's blocks out.
+        for p in 100..104 {
+            m.guest_read(p * PG, PG, &mut v);
+        }
+        assert_eq!(victim_pages(&v).len(), 4);
+        assert!(victim_pages(&v).iter().all(|&p| p < 16), "{v:?}");
+        assert_eq!(m.figures().guest_held_bytes, 4 * PG);
+        // CAR holds 12, three quarters: the next guest read goes again at once.
+        v.clear();
+        m.guest_read(104 * PG, PG, &mut v);
+        assert_eq!(victim_pages(&v), vec![104]);
+        assert_eq!(m.figures().guest_held_bytes, 4 * PG);
+    }
+
+    #[test]
+    fn a_smaller_limit_drops_the_blocks_the_guest_holds_first() {
+        let mut m = ImageCacheModel::new(16 * PG, 1 << 20, PG);
+        let mut v = Vec::new();
+        m.access(0, 8 * PG, &mut v);
+        m.guest_read(100 * PG, 8 * PG, &mut v);
+        assert!(v.is_empty());
+        m.set_limit(10 * PG, &mut v);
+        assert_eq!(victim_pages(&v), (102..108).collect::<Vec<_>>());
+        m.set_limit(4 * PG, &mut v);
+        let f = m.figures();
+        assert_eq!((f.resident_bytes, f.guest_held_bytes), (4 * PG, 0));
+    }
+
+    #[test]
+    fn what_the_model_holds_is_what_it_took_in_less_its_victims_under_random_operations() {
+        let mut rng = crate::test_rng::TestRng::new(0xcafe_f00d);
+        let mut m = ImageCacheModel::new(24 * PG, 1 << 20, PG);
+        let mut shadow = std::collections::BTreeSet::new();
+        let mut limit = 24;
+        for step in 0..20_000 {
+            let first = rng.below(96) as u64;
+            let n = 1 + rng.below(6) as u64;
+            let (off, len) = (first * PG, n * PG);
+            let mut v = Vec::new();
+            match rng.below(8) {
+                0..=2 => {
+                    shadow.extend(first..first + n);
+                    m.access(off, len, &mut v);
+                }
+                3..=5 => {
+                    shadow.extend(first..first + n);
+                    m.guest_read(off, len, &mut v);
+                }
+                6 => {
+                    let before = m.figures().guest_held_bytes;
+                    let not_held = m.guest_released(off, len);
+                    let after = m.figures().guest_held_bytes;
+                    let rest: u64 = not_held.iter().map(|r| r.1).sum();
+                    assert_eq!(before - after + rest, len, "step {step}");
+                    assert_eq!(
+                        after,
+                        m.guest_held_ranges().iter().map(|r| r.1).sum::<u64>()
+                    );
+                }
+                _ => {
+                    limit = 4 + rng.below(40) as u64;
+                    m.set_limit(limit * PG, &mut v);
+                }
+            }
+            for p in victim_pages(&v) {
+                shadow.remove(&p);
+            }
+            let held: Vec<u64> = m.held_blocks().iter().map(|b| b / PG).collect();
+            assert_eq!(
+                held,
+                shadow.iter().copied().collect::<Vec<_>>(),
+                "step {step}"
+            );
+            let f = m.figures();
+            assert!(f.resident_bytes <= limit * PG, "step {step}: {f:?}");
+            assert!(f.guest_held_bytes <= f.resident_bytes);
+        }
     }
 }

@@ -145,7 +145,8 @@ impl ImageFile {
 
     /// The program read `read` bytes of the image into guest RAM, of which the guest now holds
     /// bytes `[offset, offset + len)`: in `exclusive` mode their whole pages leave the host
-    /// cache (dirty and writeback pages stay). See [`crate::host_cache`].
+    /// cache (dirty and writeback pages stay), at once or, under a limit, when the room is
+    /// needed. See [`crate::host_cache`].
     /// `read_nanos`: how long the read took (0: untimed).
     pub fn guest_holds(&self, offset: u64, len: u64, read: u64, read_nanos: u64) {
         self.host_cache.note_guest_read(read);
@@ -159,6 +160,13 @@ impl ImageFile {
     pub fn guest_released(&self, offset: u64, len: u64, cached: bool) {
         self.host_cache
             .guest_released(self.raw_fd(), &self.path, offset, len, cached);
+    }
+
+    /// The guest let bytes `[offset, offset + len)` go from its RAM (the page was read over,
+    /// discarded or changed): an `exclusive` host cache under a limit keeps them, if still
+    /// cached, as blocks only the host holds.
+    pub fn guest_dropped(&self, offset: u64, len: u64) {
+        self.host_cache.guest_dropped(offset, len);
     }
 
     /// The program read bytes `[offset, offset + len)` of the image into other memory than

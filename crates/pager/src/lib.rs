@@ -49,6 +49,7 @@ mod event_fd;
 mod fault_handler;
 mod fault_injector;
 pub mod ffi;
+mod guest_held_blocks;
 pub mod host_cache;
 pub mod image_cache_limit;
 pub mod image_cache_model;

@@ -21,7 +21,8 @@
 //! * The image's host page cache ([`memvisor_pager::host_cache`], `memvisor run
 //!   --host-cache`): after a read into guest RAM, in `exclusive` mode the whole pages of the
 //!   bytes that landed in guest RAM leave the host page cache (dirty and writeback pages
-//!   stay); the pager lets them back in when it evicts the guest pages the image holds.
+//!   stay; under a limit, when the room is needed); the pager lets them back in when it
+//!   evicts the guest pages the image holds.
 //!   Reads into other memory leave the cache alone. Works with `--swap-mapper off` too (then
 //!   nothing is associated, and nothing is let back in).
 //! * A limit on the image's host cache ([`memvisor_pager::image_cache_limit`], `memvisor run
@@ -228,6 +229,8 @@ pub fn image_statuses() -> Vec<memvisor_control::ImageStatus> {
                 host_cache_errors: s.errors,
                 cache_limit_bytes: s.limit.model.as_ref().map(|m| m.limit_bytes),
                 cache_model_bytes: model.resident_bytes,
+                cache_guest_held_bytes: model.guest_held_bytes,
+                cache_guest_released_bytes: model.guest_released_bytes,
                 cache_hits: model.hits,
                 cache_misses: model.misses,
                 cache_evicted_dropped_bytes: s.limit.evicted_dropped_bytes,
@@ -370,7 +373,8 @@ pub fn read(
         }
     }
     if n > 0 {
-        // The guest holds these blocks now: an exclusive host cache drops them.
+        // The guest holds these blocks now: an exclusive host cache drops them (under a
+        // limit, when the room is needed).
         // The read's time goes with its first range (the model counts a miss cost once).
         for (i, (o, l)) in guest_ranges(&pieces, offset as u64, n as usize)
             .into_iter()

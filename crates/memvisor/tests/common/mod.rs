@@ -314,3 +314,39 @@ pub fn only_image_status(dir: &Path, pid: &str) -> memvisor_control::ImageStatus
     assert_eq!(st.images.len(), 1, "{st:?}");
     st.images[0].clone()
 }
+
+/// Starts `memvisor run RUN_ARGS... -- PROGRAM...` with control directory `ctl`, the program's
+/// stdin, stdout and stderr piped: the child and its stdout, read line by line.
+pub fn spawn_run(
+    ctl: &Path,
+    run_args: &[&std::ffi::OsStr],
+    program: &[&std::ffi::OsStr],
+) -> (Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::process::Stdio;
+    let mut child = memvisor(ctl)
+        .arg("run")
+        .args(run_args)
+        .arg("--")
+        .args(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+/// Waits for a child of [`spawn_run`] (its stdin already closed or taken) and checks that it
+/// exited successfully and printed `OK` in what is left of its stdout.
+pub fn expect_ok_exit(child: Child, mut out: std::io::BufReader<std::process::ChildStdout>) {
+    let o = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(
+        o.status.success() && rest.contains("OK"),
+        "status {:?}\nstdout: {rest}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

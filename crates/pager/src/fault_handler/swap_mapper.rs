@@ -202,6 +202,7 @@ impl FaultHandler {
         let pg = self.memory.page;
         let ppc = self.chunks.pages_per_chunk();
         let index = self.images.image_index(image);
+        let mut dropped = Vec::new();
         let mut rp = pages.start;
         while rp < pages.end {
             let (c, first) = self.chunk_page(rp);
@@ -219,21 +220,60 @@ impl FaultHandler {
             for (f, k) in runs {
                 for p in f..f + k {
                     let rp = self.region_page(c, p);
-                    if self.images.get(rp).is_none() {
-                        add(&self.stats().image_pages, 1);
+                    let block = ImageBlock {
+                        image: index,
+                        offset: block_of(p),
+                        crc: 0,
+                        checked: false,
+                    };
+                    match self.images.get(rp) {
+                        None => add(&self.stats().image_pages, 1),
+                        // The read replaced another block: the guest let that one go.
+                        Some(old) if (old.image, old.offset) != (index, block.offset) => {
+                            dropped.push(old)
+                        }
+                        Some(_) => {}
                     }
-                    self.images.insert(
-                        rp,
-                        ImageBlock {
-                            image: index,
-                            offset: block_of(p),
-                            crc: 0,
-                            checked: false,
-                        },
-                    );
+                    self.images.insert(rp, block);
                 }
             }
             rp += n;
+        }
+        self.guest_dropped(dropped);
+    }
+
+    /// The guest let `blocks` go (the pages that held them were read over, discarded or
+    /// changed): told to their images' host caches, adjacent blocks of one image together.
+    /// Kept per block, not per page: if the guest read the same block into another page
+    /// before this association ended, the block counts as let go while the guest still
+    /// holds it (the host cache keeps it a little longer than it needed to).
+    fn guest_dropped(&self, mut blocks: Vec<ImageBlock>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let pg = self.memory.page as u64;
+        blocks.sort_unstable_by_key(|b| (b.image, b.offset));
+        let mut run: Option<(ImageBlock, u64)> = None;
+        for b in blocks {
+            match &mut run {
+                Some((b0, len)) if b0.image == b.image && b0.offset + *len == b.offset => {
+                    *len += pg
+                }
+                _ => {
+                    if let Some((b0, len)) = run.replace((b, pg)) {
+                        self.tell_dropped(b0, len);
+                    }
+                }
+            }
+        }
+        if let Some((b0, len)) = run {
+            self.tell_dropped(b0, len);
+        }
+    }
+
+    fn tell_dropped(&self, b0: ImageBlock, len: u64) {
+        if let Some(i) = self.images.image(b0.image) {
+            i.guest_dropped(b0.offset, len);
         }
     }
 
@@ -273,7 +313,7 @@ impl FaultHandler {
     /// (adjacent blocks in one read), each checked against its checksum. Returns how many
     /// bytes were read. `for_guest`: the pages go into guest memory (a page-in, not a
     /// migration's read), so the guest holds the blocks again: an `exclusive` host cache
-    /// drops them ([`ImageFile::guest_holds`]).
+    /// drops them, or holds them as the guest's under a limit ([`ImageFile::guest_holds`]).
     pub(super) fn read_image_pages(
         &self,
         c: usize,
@@ -464,15 +504,18 @@ impl FaultHandler {
                 }
             }
         }
+        let mut dropped = Vec::new();
         for (p, fate) in fates.iter().enumerate() {
             if *fate == ImageFate::Released {
-                self.images.remove(self.region_page(c, p));
+                dropped.extend(self.images.remove(self.region_page(c, p)));
                 sub(&self.stats().image_pages, 1);
                 add(&self.stats().image_associations_ended_by_guest, 1);
                 // Differs from any swap copy: written, even if this page-out fails.
                 self.chunks.set_written(c, p, 1, true);
             }
         }
+        // The guest changed those pages: it let their blocks go.
+        self.guest_dropped(dropped);
         fates
     }
 
@@ -480,14 +523,17 @@ impl FaultHandler {
     /// about to overwrite them). A resident page among them is marked written: what it holds
     /// is not what swap holds for it (a stale copy, or nothing).
     pub(super) fn end_image_pages(&mut self, c: usize, first: usize, n: usize) {
+        let mut dropped = Vec::new();
         for p in first..first + n {
-            if self.images.remove(self.region_page(c, p)).is_some() {
+            if let Some(b) = self.images.remove(self.region_page(c, p)) {
+                dropped.push(b);
                 sub(&self.stats().image_pages, 1);
                 if self.chunks.is_page_resident(c, p) {
                     self.chunks.set_written(c, p, 1, true);
                 }
             }
         }
+        self.guest_dropped(dropped);
     }
 }
 
