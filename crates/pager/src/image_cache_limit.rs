@@ -333,7 +333,8 @@ impl CacheLimit {
 
     /// The guest read bytes `[off, off + len)` of the image `fd` into its RAM through the host
     /// cache, in an exclusive cache: as [`accessed`](Self::accessed), but the model holds the
-    /// blocks as ones the guest holds too ([`ImageCacheModel::guest_read`]), the first to go.
+    /// blocks as ones the guest holds too ([`ImageCacheModel::guest_read`]), which go first
+    /// when room is needed.
     /// Returns whether a limit was set (without one, nothing was done).
     pub fn guest_read(
         &self,

@@ -222,9 +222,10 @@ impl ImageCacheModel {
     }
 
     /// Evicts until the model holds at most its capacity: a block the guest holds too
-    /// ([`GuestHeldBlocks::take_victim`]; [`FALLBACK_EXPIRY`] capacities of reads as its expiry
-    /// until one is measured) while CAR holds at most three quarters of the capacity (the guest-held blocks
-    /// keep a quarter at least, where the guest's let-go blocks come from), else CAR's victim.
+    /// ([`GuestHeldBlocks::take_victim`]; [`FALLBACK_EXPIRY`] capacities of reads as its
+    /// expiry until one is measured) while CAR holds at most three quarters of the capacity
+    /// (the guest-held blocks keep a quarter at least, where the guest's let-go blocks come
+    /// from), else CAR's victim.
     fn make_room(&mut self, victims: &mut Victims) {
         while self.car.len() + self.guest_held.len() > self.capacity {
             let car_share = self.capacity - self.capacity / 4;
