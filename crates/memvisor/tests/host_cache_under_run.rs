@@ -42,10 +42,10 @@ fn run(
     let path = tmp.path().join("disk.img");
     let image = write_image(&path, 48);
     let ctl = tmp.path().join("ctl");
-    let run_args = ["--budget", "24M", "--host-cache", mode, "--swap-dir"].map(OsStr::new);
     let (mut child, mut out) = spawn_run(
         &ctl,
-        &[&run_args[..], &[tmp.path().as_os_str()]].concat(),
+        &["--budget", "24M", "--host-cache", mode],
+        tmp.path(),
         &[prog.as_os_str(), path.as_os_str(), OsStr::new("112")],
     );
     let (pid, _) = wait_ready(&mut out);
@@ -161,19 +161,17 @@ fn run_turnover_then(
     let path = tmp.path().join("disk.img");
     let image = write_image(&path, 32);
     let ctl = tmp.path().join("ctl");
-    let run_args = [
-        "--budget",
-        "96M",
-        "--image-cache",
-        "8M",
-        "--host-cache",
-        mode,
-        "--swap-dir",
-    ]
-    .map(OsStr::new);
     let (mut child, mut out) = spawn_run(
         &ctl,
-        &[&run_args[..], &[tmp.path().as_os_str()]].concat(),
+        &[
+            "--budget",
+            "96M",
+            "--image-cache",
+            "8M",
+            "--host-cache",
+            mode,
+        ],
+        tmp.path(),
         &[prog.as_os_str(), path.as_os_str()],
     );
     let (pid, _) = wait_ready(&mut out);

@@ -9,9 +9,8 @@
 
 mod common;
 
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
-use std::process::Stdio;
 
 use common::*;
 use memvisor_pager::cachestat;
@@ -39,25 +38,12 @@ fn the_host_cache_of_an_image_stays_within_its_limit() {
     let path = tmp.path().join("disk.img");
     let image = write_uncached_image(&path, 64);
     let ctl = tmp.path().join("ctl");
-    let mut child = memvisor(&ctl)
-        .args([
-            "run",
-            "--budget",
-            "128M",
-            "--image-cache",
-            "8M",
-            "--swap-dir",
-        ])
-        .arg(tmp.path())
-        .arg("--")
-        .arg(&prog)
-        .arg(&path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_run(
+        &ctl,
+        &["--budget", "128M", "--image-cache", "8M"],
+        tmp.path(),
+        &[prog.as_os_str(), path.as_os_str()],
+    );
     let (pid, _) = wait_ready(&mut out);
     let s = only_image_status(&ctl, &pid);
     let cached = || cachestat(image.as_fd(), 0, 0).unwrap();

@@ -8,8 +8,8 @@
 
 mod common;
 
-use std::io::{BufReader, Write};
-use std::process::Stdio;
+use std::ffi::OsStr;
+use std::io::Write;
 
 use common::*;
 
@@ -29,26 +29,12 @@ fn run(mapper: &str) -> memvisor_control::RegionStatus {
     let image = tmp.path().join("disk.img");
     write_image(&image, 48);
     let ctl = tmp.path().join("ctl");
-    let mut child = memvisor(&ctl)
-        .args([
-            "run",
-            "--budget",
-            "24M",
-            "--swap-mapper",
-            mapper,
-            "--swap-dir",
-        ])
-        .arg(tmp.path())
-        .arg("--")
-        .arg(&prog)
-        .arg(&image)
-        .arg("96")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_run(
+        &ctl,
+        &["--budget", "24M", "--swap-mapper", mapper],
+        tmp.path(),
+        &[prog.as_os_str(), image.as_os_str(), OsStr::new("96")],
+    );
     let (pid, _) = wait_ready(&mut out);
     let st = stat_json(&ctl, &pid);
     let guest = st

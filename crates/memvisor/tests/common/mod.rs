@@ -315,17 +315,21 @@ pub fn only_image_status(dir: &Path, pid: &str) -> memvisor_control::ImageStatus
     st.images[0].clone()
 }
 
-/// Starts `memvisor run RUN_ARGS... -- PROGRAM...` with control directory `ctl`, the program's
-/// stdin, stdout and stderr piped: the child and its stdout, read line by line.
+/// Starts `memvisor run RUN_ARGS... --swap-dir SWAP_DIR -- PROGRAM...` with control directory
+/// `ctl`, the program's stdin, stdout and stderr piped: the child and its stdout, read line by
+/// line.
 pub fn spawn_run(
     ctl: &Path,
-    run_args: &[&std::ffi::OsStr],
+    run_args: &[&str],
+    swap_dir: &Path,
     program: &[&std::ffi::OsStr],
 ) -> (Child, std::io::BufReader<std::process::ChildStdout>) {
     use std::process::Stdio;
     let mut child = memvisor(ctl)
         .arg("run")
         .args(run_args)
+        .arg("--swap-dir")
+        .arg(swap_dir)
         .arg("--")
         .args(program)
         .stdin(Stdio::piped())
