@@ -235,23 +235,29 @@ impl ImageHostCache {
         self.pending().forget(off, end);
         // Under a limit, the blocks still cached from the guest's read are now blocks only
         // the host holds, without a read; the rest is let back in.
-        let rest = self
+        let rest: Vec<(u64, u64)> = self
             .limit
             .guest_released(off, len)
-            .unwrap_or_else(|| vec![(off, len)]);
-        self.demoted_bytes.fetch_add(len, Ordering::Relaxed);
-        for (o, l) in rest {
+            .unwrap_or_else(|| vec![(off, len)])
+            .into_iter()
             // Clipped to the range (a model block may be larger than a page).
-            let (o, l) = (
-                o.max(off),
-                (o + l).min(off + len).saturating_sub(o.max(off)),
-            );
+            .map(|(o, l)| {
+                (
+                    o.max(off),
+                    (o + l).min(off + len).saturating_sub(o.max(off)),
+                )
+            })
+            .collect();
+        let held = len - rest.iter().map(|r| r.1).sum::<u64>();
+        self.demoted_bytes.fetch_add(held, Ordering::Relaxed);
+        for (o, l) in rest {
             if !cached {
                 if let Err(e) = fadvise(fd, o, l, libc::POSIX_FADV_WILLNEED) {
                     self.warn_once(path, "posix_fadvise(WILLNEED)", &e);
                     return;
                 }
             }
+            self.demoted_bytes.fetch_add(l, Ordering::Relaxed);
             // Back in the host cache: the limit's model takes it in (and may evict for it).
             self.accessed(fd, path, o, l, 0);
         }
