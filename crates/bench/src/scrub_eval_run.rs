@@ -242,7 +242,8 @@ pub fn run_one(
                     .map(|i| {
                         (i.host_cache_dropped_bytes
                             + i.cache_evicted_dropped_bytes
-                            + i.cache_reconciled_bytes)
+                            + i.cache_reconciled_bytes
+                            + i.cache_folio_dropped_bytes)
                             / PAGE
                     })
                     .sum();

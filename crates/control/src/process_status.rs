@@ -79,6 +79,10 @@ pub struct ImageStatus {
     pub cache_evicted_dropped_bytes: u64,
     /// Bytes dropped because the host cache held them and the model did not (reconciliation).
     pub cache_reconciled_bytes: u64,
+    /// Bytes dropped with large page-cache folios that also held blocks of the model, when
+    /// reconciliation alone left the host cache above the limit (the model forgot those
+    /// blocks).
+    pub cache_folio_dropped_bytes: u64,
     /// Bytes of victims kept because they were dirty or under writeback (at each try).
     pub cache_kept_dirty_bytes: u64,
     /// Nanoseconds the program spent in reads of the image that missed in the model, and

@@ -268,6 +268,12 @@ const IMAGE_FAMILIES: &[ImageFamily] = &[
         value: |i| i.cache_reconciled_bytes,
     },
     ImageFamily {
+        name: "memvisor_image_cache_folio_dropped_bytes_total",
+        kind: "counter",
+        help: "Bytes dropped from the host page cache with large folios that held blocks of the model, to bring the cache within its limit.",
+        value: |i| i.cache_folio_dropped_bytes,
+    },
+    ImageFamily {
         name: "memvisor_image_host_cache_errors_total",
         kind: "counter",
         help: "Failed host-cache drops or demotions.",

@@ -29,7 +29,7 @@ use crate::image_cache_model::{ImageCacheFigures, ImageCacheModel, Victims};
 use crate::page_cache_calls::{
     cachestat, drop_clean, fadvise, page, start_writeback, CallError, DropOutcome,
 };
-use crate::straddled_drops::StraddledDrops;
+use crate::straddled_drops::{StraddledDrops, MAX_FOLIO};
 
 /// The host cache is compared with the model at least this often while the image is
 /// accessed, and also whenever the accesses since the last comparison add up to the slack.
@@ -98,6 +98,9 @@ pub struct CacheLimitStats {
     pub evicted_dropped_bytes: u64,
     /// Bytes dropped by reconciliation (cached, but not in the model).
     pub reconciled_bytes: u64,
+    /// Bytes dropped with large folios that held blocks of the model, when nothing else
+    /// brought the cache within the limit (the model forgot those blocks).
+    pub folio_dropped_bytes: u64,
     /// Bytes of victims that stayed because they were dirty or under writeback (writeback
     /// was started; counted at each try).
     pub kept_unclean_bytes: u64,
@@ -138,6 +141,7 @@ pub struct CacheLimit {
     state: Mutex<Option<Limited>>,
     evicted_dropped: AtomicU64,
     reconciled: AtomicU64,
+    folio_dropped: AtomicU64,
     kept_unclean: AtomicU64,
     reconciliations: AtomicU64,
     miss_read_nanos: AtomicU64,
@@ -449,13 +453,15 @@ impl CacheLimit {
     }
 
     /// If the host cache holds more of the image than the limit plus the slack, drops every
-    /// clean page outside the model's blocks.
+    /// clean page outside the model's blocks; then, if large folios holding some of the
+    /// model's blocks still keep it above the limit, drops them with those blocks
+    /// ([`drop_straddling_folios`](Self::drop_straddling_folios)).
     fn reconcile(&self, fd: i32) -> Result<(), CallError> {
         let cached = cachestat(fd, 0, 0)
             .map_err(|e| ("cachestat(2)", e))?
             .nr_cache
             * page();
-        let kept = {
+        let (kept, guards) = {
             let state = self.state();
             let Some(l) = state.as_ref() else {
                 return Ok(());
@@ -480,24 +486,119 @@ impl CacheLimit {
                 .map(|s| s.end)
                 .collect();
             let guard = (guard_total(limit) / active.len().max(1) as u64).min(l.stream_guard);
-            kept.extend(active.iter().map(|&e| (e, e.saturating_add(guard))));
+            let guards: Vec<(u64, u64)> = active
+                .iter()
+                .map(|&e| (e, e.saturating_add(guard)))
+                .collect();
+            kept.extend(&guards);
             kept.sort_unstable();
-            kept
+            (kept, guards)
         };
         self.reconciliations.fetch_add(1, Ordering::Relaxed);
-        let mut out = DropOutcome::default();
+        let mut dropped = 0;
+        let mut straddled = Vec::new();
+        let mut gap = |from: u64, to: u64| -> Result<(), CallError> {
+            let mut out = DropOutcome::default();
+            drop_clean(fd, from, to - from, &mut out)?;
+            dropped += out.dropped_pages;
+            if out.left_clean_pages > 0 {
+                straddled.push((from, to));
+            }
+            Ok(())
+        };
         let mut from = 0u64;
         for (s, e) in kept {
             if s > from {
-                drop_clean(fd, from, s - from, &mut out)?;
+                gap(from, s)?;
             }
             from = from.max(e);
         }
         // To the end of the file (and beyond, harmlessly, if it grows meanwhile).
         let end = u64::MAX / 2 / page() * page();
-        drop_clean(fd, from, end - from, &mut out)?;
+        gap(from, end)?;
         self.reconciled
-            .fetch_add(out.dropped_pages * page(), Ordering::Relaxed);
+            .fetch_add(dropped * page(), Ordering::Relaxed);
+        self.drop_straddling_folios(fd, &straddled, &guards)
+    }
+
+    /// After a reconciliation left clean pages in the `straddled` gaps (each a large folio
+    /// that also holds a block of the model, which the kernel drops only whole) and the host
+    /// cache still holds more than the limit plus the slack: drops the folios around those
+    /// gaps with the model's blocks in them, until the cache is within the limit. A folio lies
+    /// in the [`MAX_FOLIO`]-aligned window around any of its pages, so each window around an
+    /// end of a straddled gap is dropped whole (none with dirty or writeback pages); the windows in
+    /// which the model holds the smallest share of what is cached go first, and none that
+    /// meets a stream's guarded readahead (`guards`).
+    fn drop_straddling_folios(
+        &self,
+        fd: i32,
+        straddled: &[(u64, u64)],
+        guards: &[(u64, u64)],
+    ) -> Result<(), CallError> {
+        if straddled.is_empty() {
+            return Ok(());
+        }
+        let pg = page();
+        let mut cached = cachestat(fd, 0, 0)
+            .map_err(|e| ("cachestat(2)", e))?
+            .nr_cache
+            * pg;
+        let (limit, file_len) = match self.state().as_ref() {
+            Some(l) => (l.model.limit(), l.file_len),
+            None => return Ok(()),
+        };
+        if cached <= limit.saturating_add(reconcile_slack(limit)) {
+            return Ok(());
+        }
+        let mut windows: Vec<u64> = straddled
+            .iter()
+            .flat_map(|&(s, e)| [s, e.min(file_len).saturating_sub(1)])
+            .filter(|&o| o < file_len)
+            .map(|o| o / MAX_FOLIO * MAX_FOLIO)
+            .filter(|&w| !guards.iter().any(|&(s, e)| s < w + MAX_FOLIO && w < e))
+            .collect();
+        windows.sort_unstable();
+        windows.dedup();
+        // (bytes the model holds there, bytes cached there, window); a window with dirty or
+        // writeback pages is left for later (its folios cannot be dropped whole now).
+        let mut ranked = Vec::with_capacity(windows.len());
+        for w in windows {
+            let here = cachestat(fd, w, MAX_FOLIO).map_err(|e| ("cachestat(2)", e))?;
+            if here.nr_cache > 0 && here.unclean() == 0 {
+                ranked.push((0u64, here.nr_cache * pg, w));
+            }
+        }
+        if let Some(l) = self.state().as_ref() {
+            let block = l.model.block_bytes();
+            for r in &mut ranked {
+                r.0 = l.model.held_in(r.2, MAX_FOLIO) * block;
+            }
+        }
+        // Smallest held share first: a / b < c / d as a * d < c * b.
+        ranked.sort_by(|a, b| {
+            (a.0 as u128 * b.1 as u128)
+                .cmp(&(b.0 as u128 * a.1 as u128))
+                .then(a.2.cmp(&b.2))
+        });
+        for (_, _, w) in ranked {
+            if cached <= limit {
+                break;
+            }
+            let mut out = DropOutcome::default();
+            {
+                // Under the lock: a read of the window meanwhile is either before the drop
+                // (and forgotten with it) or after (and taken in again, cached again).
+                let mut state = self.state();
+                let Some(l) = state.as_mut() else {
+                    return Ok(());
+                };
+                l.model.forget(w, MAX_FOLIO);
+                drop_clean(fd, w, MAX_FOLIO, &mut out)?;
+            }
+            let bytes = out.dropped_pages * pg;
+            cached = cached.saturating_sub(bytes);
+            self.folio_dropped.fetch_add(bytes, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -507,6 +608,7 @@ impl CacheLimit {
             model: self.state().as_ref().map(|l| l.model.figures()),
             evicted_dropped_bytes: self.evicted_dropped.load(Ordering::Relaxed),
             reconciled_bytes: self.reconciled.load(Ordering::Relaxed),
+            folio_dropped_bytes: self.folio_dropped.load(Ordering::Relaxed),
             kept_unclean_bytes: self.kept_unclean.load(Ordering::Relaxed),
             reconciliations: self.reconciliations.load(Ordering::Relaxed),
             miss_read_nanos: self.miss_read_nanos.load(Ordering::Relaxed),
@@ -690,6 +792,84 @@ mod tests {
         let mut b = [0u8; PG as usize];
         f.read_exact_at(&mut b, 5 * PG).unwrap();
         assert_eq!(b, [0x5A; PG as usize]);
+    }
+
+    #[test]
+    fn large_folios_holding_model_blocks_go_with_them_when_the_cache_is_over_the_limit() {
+        // 16 MiB, read in 128 KiB steps with the kernel's readahead: on this file system
+        // (ext4 on the VM's disk, 8 MiB readahead) the page cache holds most of it in large
+        // folios, up to 2 MiB. A 1 MiB limit, 1 MiB slack.
+        let pages = 4096;
+        let f = file(pages);
+        let fd = f.as_raw_fd();
+        fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED).unwrap();
+        let lim = CacheLimit::default();
+        let limit = 256 * PG;
+        lim.set(fd, Some(limit), pages * PG).unwrap();
+        // The model holds one page in each 2 MiB window but the first, and three in window 5
+        // (nine pages), before anything is cached (the first access compares the cache with
+        // the model).
+        let window = MAX_FOLIO / PG;
+        let mut held: Vec<u64> = (1..8).map(|w| w * window + 300).collect();
+        held.extend([5 * window + 310, 5 * window + 320]);
+        for &p in &held {
+            lim.accessed(fd, p * PG, PG, 0).unwrap();
+        }
+        let mut b = vec![0u8; 32 * PG as usize];
+        for i in 0..pages / 32 {
+            f.read_exact_at(&mut b, i * 32 * PG).unwrap();
+        }
+        // (This VM's DAMON reclaims a few cold page-cache pages now and then.)
+        assert!(cached(&f) > pages * 9 / 10, "{}", cached(&f));
+        // The precondition: a page dropped alone stays (it is in a large folio).
+        fadvise(
+            fd,
+            3 * window * PG + 100 * PG,
+            PG,
+            libc::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        assert_eq!(
+            cachestat(fd, 3 * window * PG + 100 * PG, PG)
+                .unwrap()
+                .nr_cache,
+            1,
+            "no large folio in the page cache: this test needs them"
+        );
+        // The next comparison: everything outside the model's blocks goes, and since the
+        // folios around them keep the cache above the limit plus the slack, the folios go
+        // too (the smallest share of model blocks first), until the cache is within the limit.
+        std::thread::sleep(RECONCILE_EVERY);
+        lim.accessed(fd, held[0] * PG, PG, 0).unwrap();
+        let s = lim.stats();
+        assert!(s.folio_dropped_bytes > 0, "{s:?}");
+        assert!(
+            cached(&f) * PG <= limit,
+            "{} pages cached {s:?}",
+            cached(&f)
+        );
+        // The model forgot what went with the folios, and holds nothing the cache lacks (but
+        // for a page DAMON may have taken meanwhile).
+        let state = lim.state();
+        let model = &state.as_ref().unwrap().model;
+        let still: Vec<u64> = held
+            .iter()
+            .copied()
+            .filter(|&p| model.holds(p * PG))
+            .collect();
+        assert!(still.len() < held.len(), "nothing forgotten");
+        let lacking: Vec<u64> = still
+            .iter()
+            .copied()
+            .filter(|&p| cachestat(fd, p * PG, PG).unwrap().nr_cache == 0)
+            .collect();
+        assert!(lacking.len() <= 1, "held but not cached: {lacking:?}");
+        drop(state);
+        // The data is intact.
+        f.read_exact_at(&mut b[..PG as usize], 5 * window * PG + 310 * PG)
+            .unwrap();
+        let p = 5 * window + 310;
+        assert_eq!(b[1], ((p * PG + 1) * 13 + p) as u8);
     }
 
     #[test]

@@ -275,6 +275,27 @@ impl ImageCacheModel {
         self.limit = limit;
     }
 
+    /// The host cache dropped bytes `[off, off + len)` whatever the model held there (a large
+    /// folio holding some of its blocks, [`crate::image_cache_limit`]): each block held, by CAR
+    /// or as the guest's, counts as evicted. Returns how many were held.
+    pub fn forget(&mut self, off: u64, len: u64) -> u64 {
+        let mut forgotten = 0;
+        for b in self.blocks(off, len) {
+            if self.car.remove(b) || self.guest_held.remove(b) {
+                self.history.evicted(b as usize, self.block);
+                forgotten += 1;
+            }
+        }
+        forgotten
+    }
+
+    /// How many blocks of bytes `[off, off + len)` the model holds.
+    pub fn held_in(&self, off: u64, len: u64) -> u64 {
+        self.blocks(off, len)
+            .filter(|&b| self.car.contains(b) || self.guest_held.contains(b))
+            .count() as u64
+    }
+
     /// The byte offsets of the blocks the model holds, in ascending order.
     pub fn held_blocks(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self
@@ -552,10 +573,20 @@ mod tests {
             let n = 1 + rng.below(6) as u64;
             let (off, len) = (first * PG, n * PG);
             let mut v = Vec::new();
-            match rng.below(8) {
+            match rng.below(9) {
                 0..=2 => {
                     shadow.extend(first..first + n);
                     m.access(off, len, &mut v);
+                }
+                8 => {
+                    // A large folio went with the blocks in it.
+                    let held = shadow.range(first..first + n).count() as u64;
+                    assert_eq!(m.held_in(off, len), held, "step {step}");
+                    assert_eq!(m.forget(off, len), held, "step {step}");
+                    assert_eq!(m.held_in(off, len), 0, "step {step}");
+                    for p in first..first + n {
+                        shadow.remove(&p);
+                    }
                 }
                 3..=5 => {
                     shadow.extend(first..first + n);

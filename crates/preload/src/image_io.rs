@@ -235,6 +235,7 @@ pub fn image_statuses() -> Vec<memvisor_control::ImageStatus> {
                 cache_misses: model.misses,
                 cache_evicted_dropped_bytes: s.limit.evicted_dropped_bytes,
                 cache_reconciled_bytes: s.limit.reconciled_bytes,
+                cache_folio_dropped_bytes: s.limit.folio_dropped_bytes,
                 cache_kept_dirty_bytes: s.limit.kept_unclean_bytes,
                 cache_miss_read_nanos: s.limit.miss_read_nanos,
                 cache_timed_misses: s.limit.timed_misses,
