@@ -79,9 +79,9 @@ pub struct ImageStatus {
     pub cache_evicted_dropped_bytes: u64,
     /// Bytes dropped because the host cache held them and the model did not (reconciliation).
     pub cache_reconciled_bytes: u64,
-    /// Bytes dropped with large page-cache folios that also held blocks of the model, when
-    /// reconciliation alone left the host cache above the limit (the model forgot those
-    /// blocks).
+    /// Bytes dropped in 2 MiB windows around large page-cache folios that also held blocks of
+    /// the model, when reconciliation alone left the host cache above the limit plus the
+    /// slack (the model forgot its blocks that left).
     pub cache_folio_dropped_bytes: u64,
     /// Bytes of victims kept because they were dirty or under writeback (at each try).
     pub cache_kept_dirty_bytes: u64,

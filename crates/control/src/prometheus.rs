@@ -270,7 +270,7 @@ const IMAGE_FAMILIES: &[ImageFamily] = &[
     ImageFamily {
         name: "memvisor_image_cache_folio_dropped_bytes_total",
         kind: "counter",
-        help: "Bytes dropped from the host page cache with large folios that held blocks of the model, to bring the cache within its limit.",
+        help: "Bytes dropped from the host page cache in 2 MiB windows around large folios that held blocks of the model, to bring the cache within its limit.",
         value: |i| i.cache_folio_dropped_bytes,
     },
     ImageFamily {

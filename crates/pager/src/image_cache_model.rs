@@ -289,11 +289,13 @@ impl ImageCacheModel {
         forgotten
     }
 
-    /// How many blocks of bytes `[off, off + len)` the model holds.
-    pub fn held_in(&self, off: u64, len: u64) -> u64 {
+    /// The byte offsets of the blocks of bytes `[off, off + len)` the model holds, in
+    /// ascending order.
+    pub fn held_in(&self, off: u64, len: u64) -> Vec<u64> {
         self.blocks(off, len)
             .filter(|&b| self.car.contains(b) || self.guest_held.contains(b))
-            .count() as u64
+            .map(|b| b * self.block)
+            .collect()
     }
 
     /// The byte offsets of the blocks the model holds, in ascending order.
@@ -581,9 +583,9 @@ mod tests {
                 8 => {
                     // A large folio went with the blocks in it.
                     let held = shadow.range(first..first + n).count() as u64;
-                    assert_eq!(m.held_in(off, len), held, "step {step}");
+                    assert_eq!(m.held_in(off, len).len() as u64, held, "step {step}");
                     assert_eq!(m.forget(off, len), held, "step {step}");
-                    assert_eq!(m.held_in(off, len), 0, "step {step}");
+                    assert!(m.held_in(off, len).is_empty(), "step {step}");
                     for p in first..first + n {
                         shadow.remove(&p);
                     }
