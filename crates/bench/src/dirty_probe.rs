@@ -87,7 +87,7 @@ mod tests {
     use memvisor_scrub::drop_range;
 
     #[test]
-    fn dirtied_pages_are_seen_dirty_keep_their_bytes_and_survive_dontneed() {
+    fn dirtied_pages_are_seen_dirty_keep_their_bytes_and_go_once_clean() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
         let data: Vec<u8> = (0..16 * PAGE).map(|i| (i * 7 % 251) as u8).collect();
@@ -98,9 +98,8 @@ mod tests {
         probe.dirty().unwrap();
         assert_eq!(probe.dirty_pages().unwrap(), vec![2, 3, 4]);
         assert_eq!(std::fs::read(&path).unwrap(), data);
-        // The kernel keeps dirty pages on DONTNEED: none of them is gone.
-        drop_range(&File::open(&path).unwrap(), 0, 16 * PAGE).unwrap();
-        assert_eq!(probe.gone(&[2, 3, 4]).unwrap(), 0);
+        // (Not checked here: that DONTNEED keeps them. It starts their writeback and drops
+        // those clean by then, and on an idle disk the writeback once finished first in CI.)
         // Once written back they are clean, and dropped.
         File::open(&path).unwrap().sync_all().unwrap();
         assert!(probe.dirty_pages().unwrap().is_empty());

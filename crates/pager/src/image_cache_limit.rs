@@ -501,9 +501,12 @@ impl CacheLimit {
                 .map(|s| s.end)
                 .collect();
             let guard = (guard_total(limit) / active.len().max(1) as u64).min(l.stream_guard);
+            // Whole pages (a stream may end inside one); none when nothing is read ahead.
+            let pg = page();
             let guards: Vec<(u64, u64)> = active
                 .iter()
-                .map(|&e| (e, e.saturating_add(guard)))
+                .filter(|_| guard > 0)
+                .map(|&e| (e / pg * pg, e.saturating_add(guard).div_ceil(pg) * pg))
                 .collect();
             kept.extend(&guards);
             kept.sort_unstable();
@@ -557,11 +560,11 @@ impl CacheLimit {
         }
         let pg = page();
         let whole = cachestat(fd, 0, 0).map_err(|e| ("cachestat(2)", e))?;
+        // Clean pages in the guards (the unclean ones are all taken out below).
         let mut guarded = 0;
         for &(s, e) in &merged(guards) {
-            guarded += cachestat(fd, s, e - s)
-                .map_err(|e| ("cachestat(2)", e))?
-                .nr_cache;
+            let here = cachestat(fd, s, e - s).map_err(|e| ("cachestat(2)", e))?;
+            guarded += here.nr_cache.saturating_sub(here.unclean());
         }
         let mut cached = whole
             .nr_cache
@@ -615,20 +618,28 @@ impl CacheLimit {
             let bytes = out.dropped_pages * pg;
             cached = cached.saturating_sub(bytes);
             self.folio_dropped.fetch_add(bytes, Ordering::Relaxed);
-            // The model forgets the blocks that left. One that a read cached again meanwhile
-            // stays held (the read is told to the model after it returns, so the model may
-            // also hold, for a moment, a block that left: as after any victim's drop).
-            let mut state = self.state();
-            let Some(l) = state.as_mut() else {
-                return Ok(());
+            // The model forgets its blocks that left: all of them if nothing of the window is
+            // cached now, else those not cached (probed outside the lock). One that a read
+            // cached again meanwhile stays held; the model may also hold, for a moment, one
+            // that left (a read is told to the model after it returns), as after any drop.
+            let left = cachestat(fd, w, MAX_FOLIO).map_err(|e| ("cachestat(2)", e))?;
+            let (gone, block) = match self.state().as_ref() {
+                Some(l) => (l.model.held_in(w, MAX_FOLIO), l.model.block_bytes()),
+                None => return Ok(()),
             };
-            let block = l.model.block_bytes();
-            for b in l.model.held_in(w, MAX_FOLIO) {
-                if cachestat(fd, b, block)
-                    .map_err(|e| ("cachestat(2)", e))?
-                    .nr_cache
-                    == 0
+            let mut absent = Vec::with_capacity(gone.len());
+            for b in gone {
+                if left.nr_cache == 0
+                    || cachestat(fd, b, block)
+                        .map_err(|e| ("cachestat(2)", e))?
+                        .nr_cache
+                        == 0
                 {
+                    absent.push(b);
+                }
+            }
+            if let Some(l) = self.state().as_mut() {
+                for b in absent {
                     l.model.forget(b, block);
                 }
             }
@@ -856,7 +867,7 @@ mod tests {
         // (This VM's DAMON reclaims a few cold page-cache pages now and then.)
         assert!(cached(&f) > pages * 9 / 10, "{}", cached(&f));
         // The precondition: a page dropped alone stays (it is in a large folio; ext4 makes
-        // them from Linux 6.16, tmpfs does not).
+        // them from Linux 6.16, tmpfs by default does not).
         fadvise(
             fd,
             3 * window * PG + 100 * PG,
