@@ -205,7 +205,9 @@ fn slow_clients_of_one_user_get_busy_and_leave_room_for_others() {
         .map(|_| {
             let s = UnixStream::connect(server.path()).unwrap();
             s.set_nonblocking(true).unwrap();
-            (&s).write_all(b"{").unwrap();
+            // A connection beyond this user's places may already have been answered busy and
+            // closed by the server (EPIPE here, seen once in CI): it takes no place either way.
+            let _ = (&s).write_all(b"{");
             s
         })
         .collect();
