@@ -144,7 +144,7 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
                 image_cache,
                 arena: config.arena,
                 broker: Some(FleetBroker {
-                    total: config.total,
+                    total: config.memvisor_total(n),
                     args: config.broker_args.clone(),
                 }),
             }

@@ -87,6 +87,10 @@ pub struct DensityEvalConfig {
     /// Kernel variant: memory of QEMU itself (heap, TCG's code buffer) allowed per guest on
     /// top of the total, bytes (memvisor does not count it either).
     pub qemu_allowance: u64,
+    /// Memvisor variant: bytes per guest its broker's total gets on top of the total, for the
+    /// part of QEMU's own memory that memvisor pages under its budgets (TCG's code buffer),
+    /// which the kernel variant's `qemu_allowance` covers there (0: none).
+    pub memvisor_allowance: u64,
     /// Memvisor variant: `memvisor run --arena`, bytes (`None`: memvisor's default, twice
     /// host RAM; its per-page tables cost no memory until used).
     pub arena: Option<u64>,
@@ -119,6 +123,7 @@ impl DensityEvalConfig {
             rate: None,
             fill: false,
             qemu_allowance: 96 * MIB,
+            memvisor_allowance: 0,
             arena: None,
             broker_args: Vec::new(),
             reps: 2,
@@ -194,9 +199,15 @@ impl DensityEvalConfig {
         (budget, share - budget)
     }
 
-    /// One guest's share of the total for `n` guests, rounded down to whole MiB.
+    /// One guest's share of the memvisor variant's total for `n` guests, rounded down to
+    /// whole MiB.
     pub fn share(&self, n: usize) -> u64 {
-        self.total / n.max(1) as u64 / MIB * MIB
+        self.memvisor_total(n) / n.max(1) as u64 / MIB * MIB
+    }
+
+    /// Memvisor variant: its broker's total for `n` guests.
+    pub fn memvisor_total(&self, n: usize) -> u64 {
+        self.total + self.memvisor_allowance * n as u64
     }
 
     /// Kernel variant: the group's limit for `n` guests.
@@ -371,6 +382,16 @@ mod tests {
             );
         }
         assert_eq!(c.kernel_limit(4), 768 * MIB + 4 * 96 * MIB);
+        assert_eq!(c.memvisor_total(4), 768 * MIB);
+        // The memvisor variant's own allowance per guest goes to its broker's total only.
+        let paced = DensityEvalConfig {
+            total: 320 * MIB,
+            memvisor_allowance: 45 * MIB,
+            ..config()
+        };
+        assert_eq!(paced.memvisor_total(4), 500 * MIB);
+        assert_eq!(paced.initial_split(4), (109 * MIB, 16 * MIB));
+        assert_eq!(paced.kernel_limit(4), 704 * MIB);
         assert_eq!(c.workload().matches("--verify").count(), 15);
         assert!(c
             .workload()

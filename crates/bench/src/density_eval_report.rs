@@ -162,7 +162,7 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
         s,
         "Density: the most identical guests ({} MiB RAM, a {} MiB disk each, {} reads of it{pace}, \
          verified) that each keep at least {:.0}% of their unconstrained throughput, under a \
-         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself){}.\n",
+         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself{}){}.\n",
         config.guest_mib,
         config.disk_mib,
         if config.uniform {
@@ -173,6 +173,14 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
         config.keep * 100.0,
         config.total >> 20,
         config.qemu_allowance >> 20,
+        if config.memvisor_allowance == 0 {
+            String::new()
+        } else {
+            format!(
+                "; memvisor: + {} MiB per guest for the part of QEMU it pages",
+                config.memvisor_allowance >> 20
+            )
+        },
         if config.broker_args.is_empty() {
             String::new()
         } else {
@@ -483,6 +491,17 @@ mod tests {
         assert!(md.contains("| 2 | 120 | 40000 | 700 |"), "{md}");
         assert!(md.contains("reads of it paced at 1000 a second"), "{md}");
         assert!(md.contains("QEMU itself).\n"), "{md}");
+        let with_allowance = DensityEvalConfig {
+            memvisor_allowance: 45 << 20,
+            ..config.clone()
+        };
+        let md = density_markdown(&with_allowance, &runs);
+        assert!(
+            md.contains(
+                "QEMU itself; memvisor: + 45 MiB per guest for the part of QEMU it pages).\n"
+            ),
+            "{md}"
+        );
         // The broker's own arguments are part of the set-up the header names.
         let config = DensityEvalConfig {
             broker_args: vec!["--hysteresis".into(), "8M".into()],

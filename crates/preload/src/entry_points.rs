@@ -1,7 +1,7 @@
-//! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mremap`,
-//! each forwarded to [`interposer`](crate::interposer); and the credential changes (`setuid`,
-//! `setresgid`, `setgroups` and the rest), which first let the library's threads take the
-//! caller's capabilities ([`credential_mirror`](crate::credential_mirror)) and then call
+//! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mprotect`,
+//! `mremap`, each forwarded to [`interposer`](crate::interposer); and the credential changes
+//! (`setuid`, `setresgid`, `setgroups` and the rest), which first let the library's threads
+//! take the caller's capabilities ([`credential_mirror`](crate::credential_mirror)) and then call
 //! glibc's.
 //!
 //! `mremap` is variadic in C (`new_address` only with `MREMAP_FIXED`). It is declared here
@@ -73,6 +73,17 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     // SAFETY: forwarded with the caller's contract.
     unsafe { interposer::madvise(addr, len, advice) }
+}
+
+/// `mprotect(2)`, managed.
+///
+/// # Safety
+///
+/// As `mprotect(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    // SAFETY: forwarded with the caller's contract.
+    unsafe { interposer::mprotect(addr, len, prot) }
 }
 
 /// `mremap(2)`, managed (see the module documentation for the variadic argument).

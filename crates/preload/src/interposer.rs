@@ -7,7 +7,11 @@ use libc::{c_int, c_void, off_t, size_t};
 
 use crate::managed_process::{self as mp, FixedKind, ACTIVE, MIN_REGION};
 use crate::raw_calls::{self as real, set_errno};
+use crate::reservations::{Claim, Reservations};
 use crate::shim_guard::{is_pager_thread, ShimGuard};
+
+/// The program's untouched `PROT_NONE` reservations (see [`crate::reservations`]).
+static RESERVATIONS: Reservations = Reservations::new();
 
 /// QEMU's guest-RAM memfd, as `/proc/self/fd/N` names it.
 const GUEST_MEMFD_LINK: &[u8] = b"/memfd:memory-backend-memfd";
@@ -121,6 +125,24 @@ pub unsafe fn mmap(
     let private = map_type == libc::MAP_PRIVATE;
     let shared = map_type == libc::MAP_SHARED || map_type == libc::MAP_SHARED_VALIDATE;
     let anonymous = flags & libc::MAP_ANONYMOUS != 0;
+    if fixed || flags & libc::MAP_FIXED_NOREPLACE != 0 {
+        // Whatever is mapped over a reservation (or next to it) makes it used.
+        RESERVATIONS.forget(a, page_round(len));
+    }
+    if prot == libc::PROT_NONE
+        && private
+        && anonymous
+        && !fixed
+        && len >= MIN_REGION.load(Ordering::Acquire)
+        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0
+        && !is_pager_thread()
+    {
+        let p = pass();
+        if p != libc::MAP_FAILED {
+            RESERVATIONS.record(p as usize, page_round(len));
+        }
+        return p;
+    }
     if fixed {
         let (over, n) = mp::managed_overlaps(a, page_round(len));
         if n > 0 {
@@ -232,6 +254,7 @@ pub unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     if !ACTIVE.load(Ordering::Acquire) || len == 0 || a % memvisor_pager::page_size() != 0 {
         return pass();
     }
+    RESERVATIONS.forget(a, page_round(len));
     // No reentrancy bypass here (nor in madvise and mremap): whoever unmaps managed memory,
     // the regions must know, or the kernel would punch holes into their mappings.
     if mp::managed_overlaps(a, page_round(len)).1 == 0 {
@@ -309,6 +332,10 @@ pub unsafe fn mremap(
         return pass();
     }
     let o = old as usize;
+    RESERVATIONS.forget(o, page_round(old_len.max(1)));
+    if flags & libc::MREMAP_FIXED != 0 {
+        RESERVATIONS.forget(new_addr as usize, page_round(new_len));
+    }
     let fixed = flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0;
     let (over, n) = mp::managed_overlaps(o, page_round(old_len.max(1)));
     let target_managed = flags & libc::MREMAP_FIXED != 0
@@ -331,4 +358,37 @@ pub unsafe fn mremap(
             libc::MAP_FAILED
         }
     }
+}
+
+/// `mprotect`: a range of an untouched reservation made read-write or read-write-execute in
+/// one call of at least `--min-region` becomes a region ([`mp::reserved_map`]); everything
+/// else goes to the kernel (managed memory included: its regions' mappings keep working
+/// under any protection the program gives them).
+///
+/// # Safety
+///
+/// As `mprotect(2)`.
+pub unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    // SAFETY: the program's own arguments, passed on as given.
+    let pass = || unsafe { real::mprotect(addr, len, prot) };
+    let a = addr as usize;
+    if !ACTIVE.load(Ordering::Acquire) || len == 0 || a % memvisor_pager::page_size() != 0 {
+        return pass();
+    }
+    let len = page_round(len);
+    // Forgets the reservations the range meets, whatever happens next.
+    let claim = RESERVATIONS.claim(a, len);
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    if claim == Claim::Untouched
+        && (prot == rw || prot == rw | libc::PROT_EXEC)
+        && len >= MIN_REGION.load(Ordering::Acquire)
+        && !is_pager_thread()
+    {
+        if let Some(_guard) = ShimGuard::enter() {
+            if mp::reserved_map(a, len, prot) {
+                return 0;
+            }
+        }
+    }
+    pass()
 }

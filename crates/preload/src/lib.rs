@@ -2,7 +2,7 @@
 //! pager. `memvisor run` loads it with `LD_PRELOAD` and configures it through the environment
 //! (`memvisor_control::launch_env`).
 //!
-//! The library interposes `mmap`/`mmap64`, `munmap`, `madvise` and `mremap`
+//! The library interposes `mmap`/`mmap64`, `munmap`, `madvise`, `mprotect` and `mremap`
 //! ([`entry_points`]); the memory calls it makes itself are raw system calls, as are the
 //! pager's. What it manages ([`managed_process`] has the details and the budget rule):
 //!
@@ -20,8 +20,13 @@
 //!   nothing else may use the file meanwhile (another process mapping it, `read` of it, or its
 //!   content after the process ends sees zeros there).
 //!
-//! Never managed: mappings below the threshold, `PROT_NONE` reservations, executable mappings
-//! (QEMU's TCG code buffer), private or read-only file mappings, shared mappings of files with
+//! * in any program, a range of an untouched `PROT_NONE` private anonymous reservation of at
+//!   least `--min-region` that one `mprotect` makes read-write or read-write-execute (QEMU's
+//!   TCG translated-code buffer, status kind `code`): a region at that address
+//!   ([`reservations`]).
+//!
+//! Never managed: mappings below the threshold, `PROT_NONE` reservations (until made
+//! accessible as above), executable mappings made by `mmap`, private or read-only file mappings, shared mappings of files with
 //! data, of files on other filesystems than tmpfs, of tmpfs files in programs other than QEMU
 //! (`shm_open` segments other processes share), or of memfds other than QEMU's guest-RAM
 //! memfd, stacks, huge-page mappings, and anything a pager thread maps.
@@ -51,7 +56,10 @@
 //! is separate from the program's `malloc` (`shim_allocator`), because the program's allocator
 //! calls the interposed functions while holding its locks.
 
+mod allotment_watcher;
 pub mod arena_allocator;
+pub mod budget_split;
+pub mod code_allotment;
 mod credential_mirror;
 mod direct_io_reads;
 pub mod entry_points;
@@ -65,6 +73,7 @@ mod pager_worker;
 pub mod preload_config;
 mod preload_error;
 mod raw_calls;
+pub mod reservations;
 mod shim_allocator;
 mod shim_guard;
 

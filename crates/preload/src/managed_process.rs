@@ -11,11 +11,16 @@
 //!   `memory-backend-memfd` guest-RAM memfd gets a region adopting that memfd, and one of an
 //!   empty regular file on tmpfs (QEMU's `memory-backend-file` with `mem-path` under
 //!   `/dev/shm`) a region adopting that file (the interposer decides which mappings qualify).
-//! * **Budget split**: the process budget is divided among the regions in proportion to their
-//!   weight, rebalanced whenever a region comes or goes or the budget is set: a fixed region
-//!   weighs its size, the arena the bytes the program has mapped in it (at least one chunk).
-//!   Every region keeps at least one chunk, so the sum may exceed the budget by one chunk per
-//!   region.
+//! * **Code regions**: a range of an untouched `PROT_NONE` reservation that the program makes
+//!   readable, writable and executable with one `mprotect` of at least `min_region` (QEMU's
+//!   TCG translated-code buffer; see [`reservations`](crate::reservations)) gets a region at
+//!   that address, mapped executable. (Made only readable and writable, the range gets a
+//!   fixed anonymous region, as a `MAP_FIXED` mapping would.)
+//! * **Budget split**: the process budget is divided among the regions by their claims
+//!   ([`split_budget`](crate::budget_split::split_budget)): a code region its allotment, set
+//!   by its page-in rate ([`CodeAllotment`], checked every [`ALLOTMENT_CHECK_PERIOD`]), the
+//!   others the rest, guest RAM and fixed regions by size, the arena by the bytes mapped in
+//!   it; again whenever a region comes or goes, the budget is set, or an allotment changes.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -27,6 +32,8 @@ use memvisor_pager::{Region, RegionConfig};
 use memvisor_policy::PolicySpec;
 
 use crate::arena_allocator::{ArenaAllocator, Span};
+use crate::budget_split::{split_budget, Claim};
+use crate::code_allotment::CodeAllotment;
 use crate::pager_worker::run_on_worker;
 use crate::preload_config::PreloadConfig;
 use crate::preload_error::PreloadError;
@@ -77,6 +84,9 @@ pub enum FixedKind {
     GuestFile,
     /// A private anonymous mapping at a fixed address.
     FixedAnonymous,
+    /// Executable private anonymous memory made accessible in an untouched reservation
+    /// (QEMU's TCG translated-code buffer).
+    Code,
 }
 
 impl FixedKind {
@@ -86,6 +96,7 @@ impl FixedKind {
             Self::GuestMemfd => "guest-memfd",
             Self::GuestFile => "guest-file",
             Self::FixedAnonymous => "fixed",
+            Self::Code => "code",
         }
     }
 
@@ -93,7 +104,16 @@ impl FixedKind {
     pub fn is_guest_memory(self) -> bool {
         matches!(self, Self::GuestMemfd | Self::GuestFile)
     }
+
+    /// Whether the region's claim on the budget changes as the program uses it (and is
+    /// checked every [`ALLOTMENT_CHECK_PERIOD`]).
+    fn claim_moves(self) -> bool {
+        self == Self::Code
+    }
 }
+
+/// How often code regions' allotments are checked (while one exists).
+pub const ALLOTMENT_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug)]
 struct FixedRegion {
@@ -105,6 +125,8 @@ struct FixedRegion {
     /// Identity of the region's memfd, taken once at creation (a hole punched in it by the
     /// program is looked up by it).
     memfd_key: Option<memvisor_pager::FileKey>,
+    /// A code region's allotment (`None` for the other kinds).
+    code: Option<CodeAllotment>,
 }
 
 /// The regions of this process.
@@ -327,26 +349,34 @@ impl ManagedProcess {
         self.arena.mapped_bytes().max(self.config.chunk_size)
     }
 
-    /// Budget of a region of weight `w` out of `total`.
-    fn share(&self, w: usize, total: usize) -> usize {
-        let cs = self.config.chunk_size;
-        let b = (self.budget as u128 * w as u128 / total.max(1) as u128) as usize;
-        (b / cs * cs).max(cs)
+    /// The claim of a fixed region on the budget.
+    fn claim(&self, f: &FixedRegion) -> Claim {
+        match &f.code {
+            Some(a) => Claim::Code(a.bytes()),
+            None => Claim::Weighted(f.region.len()),
+        }
+    }
+
+    /// The fixed regions' claims, in `fixed` order.
+    fn claims(&self) -> Vec<Claim> {
+        self.fixed.iter().map(|f| self.claim(f)).collect()
     }
 
     /// Applies the budget split to every region.
     fn rebalance(&self) -> Result<(), String> {
-        let total: usize =
-            self.arena_weight() + self.fixed.iter().map(|f| f.region.len()).sum::<usize>();
+        let claims = self.claims();
+        let (arena_budget, budgets) = split_budget(
+            self.budget,
+            self.config.chunk_size,
+            self.arena_weight(),
+            &claims,
+        );
         let mut jobs: Vec<(RegionRef, usize)> = Vec::new();
         if let Some(a) = arena_region() {
-            jobs.push((RegionRef(a), self.share(self.arena_weight(), total)));
+            jobs.push((RegionRef(a), arena_budget));
         }
-        for f in &self.fixed {
-            jobs.push((
-                RegionRef(Arc::as_ptr(&f.region)),
-                self.share(f.region.len(), total),
-            ));
+        for (f, b) in self.fixed.iter().zip(budgets) {
+            jobs.push((RegionRef(Arc::as_ptr(&f.region)), b));
         }
         for (r, budget) in jobs {
             // SAFETY: the state lock is held by our caller while the worker runs this, so the
@@ -632,8 +662,15 @@ pub fn fixed_map(
         p.note_unmanaged(len, "too many fixed regions");
         return None;
     };
-    let total = p.arena_weight() + len + p.fixed.iter().map(|f| f.region.len()).sum::<usize>();
-    let budget = p.share(len, total);
+    // The first budget; the rebalance below sets every region's.
+    let code = (kind == FixedKind::Code).then(|| CodeAllotment::new(p.budget, p.config.chunk_size));
+    let mut claims = p.claims();
+    claims.push(match &code {
+        Some(a) => Claim::Code(a.bytes()),
+        None => Claim::Weighted(len),
+    });
+    let (_, budgets) = split_budget(p.budget, p.config.chunk_size, p.arena_weight(), &claims);
+    let budget = budgets.last().copied().unwrap_or(p.config.chunk_size);
     let mut cfg = RegionConfig::new(len, budget, &p.config.swap_dir)
         .policy(p.policy.clone())
         .chunk_size(p.config.chunk_size)
@@ -676,11 +713,88 @@ pub fn fixed_map(
         slot,
         discards: 0,
         memfd_key,
+        code,
     });
     if let Err(e) = p.rebalance() {
         eprintln!("memvisor-preload: rebalancing budgets: {e}");
     }
     Some(start)
+}
+
+/// The program makes `[addr, addr + len)` of an untouched `PROT_NONE` reservation accessible
+/// with `prot` (read-write, or read-write-execute): puts a region there (a code region if
+/// executable), mapped with `prot`. False leaves the `mprotect` to the kernel: the range is
+/// then a `PROT_NONE` private anonymous mapping again, as before the call (the reason is
+/// printed once).
+pub fn reserved_map(addr: usize, len: usize, prot: c_int) -> bool {
+    let kind = if prot & libc::PROT_EXEC != 0 {
+        FixedKind::Code
+    } else {
+        FixedKind::FixedAnonymous
+    };
+    let restore_reservation = || {
+        // Where a failed region left a hole, a fresh PROT_NONE anonymous mapping is what the
+        // program had (its untouched reservation held no data). MAP_FIXED_NOREPLACE: where
+        // the reservation is still there this does nothing, and a mapping another thread
+        // made in the hole meanwhile is never replaced.
+        // SAFETY: NOREPLACE maps only where nothing is mapped; no memory in use changes.
+        unsafe {
+            crate::raw_calls::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+    };
+    if fixed_map(Some(addr), len, kind, None) != Some(addr) {
+        // A region that failed half-way may have unmapped the range.
+        restore_reservation();
+        return false;
+    }
+    if prot != libc::PROT_READ | libc::PROT_WRITE {
+        // SAFETY: the range is the region just mapped at the program's request.
+        if unsafe { crate::raw_calls::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let (over, n) = managed_overlaps(addr, len);
+            if let Some(slot) = over[..n].iter().find_map(|o| o.2) {
+                let _ = fixed_unmap(slot, addr, len);
+            }
+            restore_reservation();
+            note_unmanaged(len, &format!("mprotect of its region failed: {e}"));
+            return false;
+        }
+    }
+    if kind.claim_moves() {
+        crate::allotment_watcher::start();
+    }
+    true
+}
+
+/// Checks every code region's allotment against its page-in rate over the last `secs`
+/// seconds, and rebalances the budget split if one changed. Run every
+/// [`ALLOTMENT_CHECK_PERIOD`] by the allotment watcher.
+pub fn check_code_allotments(secs: f64) {
+    let mut guard = lock();
+    let Some(p) = guard.as_mut() else {
+        return;
+    };
+    let (budget, cs) = (p.budget, p.config.chunk_size);
+    let mut changed = false;
+    for f in &mut p.fixed {
+        if let Some(a) = &mut f.code {
+            let s = f.region.stats();
+            let used = (s.resident_chunks + s.swapped_chunks) as usize * cs;
+            changed |= a.check(s.page_ins, secs, used, budget, cs);
+        }
+    }
+    if changed {
+        if let Err(e) = p.rebalance() {
+            eprintln!("memvisor-preload: rebalancing budgets: {e}");
+        }
+    }
 }
 
 /// Unmaps `[addr, addr + len)` of fixed region `slot`: the whole region drops it; a part is
@@ -739,7 +853,7 @@ pub fn fixed_advise(slot: usize, addr: usize, len: usize, advice: c_int) -> Resu
         .iter_mut()
         .find(|f| f.slot == slot)
         .ok_or(libc::EINVAL)?;
-    if f.kind != FixedKind::FixedAnonymous {
+    if f.kind.is_guest_memory() {
         match advice {
             libc::MADV_REMOVE => {}
             libc::MADV_FREE => return Err(libc::EINVAL),

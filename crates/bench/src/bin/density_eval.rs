@@ -66,6 +66,11 @@ struct Cli {
     /// on top of the total (memvisor's budgets do not count it either).
     #[arg(long, default_value = "96M", allow_hyphen_values = true)]
     qemu_allowance: String,
+    /// Memvisor variant: memory per guest its broker's total gets on top of the total, for the
+    /// part of QEMU's own memory memvisor pages under its budgets (TCG's code buffer), which
+    /// --qemu-allowance covers for the kernel
+    #[arg(long, default_value = "0", allow_hyphen_values = true)]
+    memvisor_allowance: String,
     /// Memvisor variant: `memvisor run --arena` [default: memvisor's own, twice host RAM].
     #[arg(long, allow_hyphen_values = true)]
     arena: Option<String>,
@@ -134,6 +139,9 @@ fn config(cli: &Cli) -> Result<DensityEvalConfig, BenchError> {
     }
     c.qemu_allowance =
         memvisor_bench::byte_size::parse_bytes("--qemu-allowance", &cli.qemu_allowance)? as u64;
+    c.memvisor_allowance =
+        memvisor_bench::byte_size::parse_bytes("--memvisor-allowance", &cli.memvisor_allowance)?
+            as u64;
     if let Some(a) = &cli.arena {
         c.arena = Some(memvisor_bench::byte_size::parse_bytes("--arena", a)? as u64);
     }

@@ -1,0 +1,55 @@
+//! Reserved address space made accessible by `mprotect` under `memvisor run`, as QEMU's TCG
+//! makes its translated-code buffer: a real C program (`tests/c/jit_workload.c`) under the
+//! preload library and the real pager, executing code that memvisor pages out and in.
+
+mod common;
+
+use std::ffi::OsStr;
+
+use common::*;
+
+/// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
+/// back while the program calls the functions in them (and patches them); a reservation made
+/// read-write in one call is a `fixed` region; one made accessible in a small step first stays
+/// the kernel's and keeps its data. Every function's result and every page's pattern is
+/// checked before and after the status is read.
+#[test]
+fn code_in_a_reservation_made_executable_is_paged_and_runs() {
+    if !userfaultfd_usable() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let prog = compile_c("jit_workload", t.path());
+    let ctl = t.path().join("ctl");
+    let swap = t.path().join("swap");
+    std::fs::create_dir(&swap).unwrap();
+    let (mut child, mut out) = spawn_run(
+        &ctl,
+        &["--budget", "16M", "--min-region", "1M", "--arena", "1G"],
+        &swap,
+        &[prog.as_os_str(), OsStr::new("jit"), OsStr::new("64")],
+    );
+    let (pid, lines) = wait_ready(&mut out);
+    assert_eq!(
+        lines,
+        [
+            "code-managed=1",
+            "guard=---p",
+            "rw-managed=1",
+            "stepped-managed=0"
+        ]
+    );
+    let status = stat_json(&ctl, &pid);
+    assert_within_budget(&status, "at READY");
+    let code: Vec<_> = status.regions.iter().filter(|r| r.kind == "code").collect();
+    assert_eq!(code.len(), 1, "{:?}", status.regions);
+    let code = code[0];
+    assert_eq!(code.size_bytes, (64 << 20) - 4096, "all but the guard page");
+    // 64 MiB written and read twice in 16 MiB: the code went out and came back.
+    assert!(code.page_outs > 0 && code.page_ins > 0, "{code:?}");
+    assert!(code.budget_bytes < 16 << 20, "{code:?}");
+    let fixed = status.regions.iter().filter(|r| r.kind == "fixed").count();
+    assert_eq!(fixed, 1, "{:?}", status.regions);
+    drop(child.stdin.take());
+    expect_ok_exit(child, out);
+}

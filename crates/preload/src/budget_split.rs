@@ -1,0 +1,122 @@
+//! [`split_budget`]: how a process budget is divided among its regions.
+//!
+//! A code region (QEMU's TCG translated-code buffer) gets its allotment first
+//! ([`CodeAllotment`](crate::code_allotment::CodeAllotment), set by its page-in rate; at most
+//! a quarter of the budget). Guest RAM, fixed regions and the arena share the rest in
+//! proportion to their weight: a guest-RAM or fixed region its size, the arena the bytes
+//! mapped in it. Every share is in whole chunks and at least one, so the sum may exceed the
+//! budget by one chunk per region.
+
+use crate::code_allotment::MAX_DIVISOR;
+
+/// A region's claim on the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// A region whose share follows its weight in bytes.
+    Weighted(usize),
+    /// A code region with this allotment in bytes.
+    Code(usize),
+}
+
+fn chunks_down(bytes: usize, chunk: usize) -> usize {
+    (bytes / chunk * chunk).max(chunk)
+}
+
+fn proportion(budget: usize, w: usize, total: usize) -> usize {
+    (budget as u128 * w as u128 / total.max(1) as u128) as usize
+}
+
+/// The budgets of the arena (weight `arena_weight`) and of the regions claiming `claims`, in
+/// that order, out of `budget` bytes with chunks of `chunk` bytes (see the module docs).
+pub fn split_budget(
+    budget: usize,
+    chunk: usize,
+    arena_weight: usize,
+    claims: &[Claim],
+) -> (usize, Vec<usize>) {
+    let chunk = chunk.max(1);
+    let others = arena_weight
+        + claims
+            .iter()
+            .map(|c| match c {
+                Claim::Weighted(w) => *w,
+                Claim::Code(_) => 0,
+            })
+            .sum::<usize>();
+    let mut out = vec![0; claims.len()];
+    let mut code_total = 0usize;
+    for (o, c) in out.iter_mut().zip(claims) {
+        if let Claim::Code(allotment) = *c {
+            *o = chunks_down(allotment.min(budget / MAX_DIVISOR), chunk);
+            code_total += *o;
+        }
+    }
+    let rest = budget.saturating_sub(code_total);
+    for (o, c) in out.iter_mut().zip(claims) {
+        if let Claim::Weighted(w) = *c {
+            *o = chunks_down(proportion(rest, w, others), chunk);
+        }
+    }
+    (
+        chunks_down(proportion(rest, arena_weight, others), chunk),
+        out,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: usize = 1 << 20;
+
+    #[test]
+    fn without_code_the_budget_follows_the_weights() {
+        let (arena, fixed) = split_budget(
+            128 * M,
+            M,
+            M,
+            &[Claim::Weighted(255 * M), Claim::Weighted(256 * M)],
+        );
+        assert_eq!(arena, M);
+        assert_eq!(fixed, vec![63 * M, 64 * M]);
+        // Tiny weights still get a chunk each.
+        let (arena, fixed) = split_budget(4 * M, M, 1, &[Claim::Weighted(4 * M)]);
+        assert_eq!((arena, fixed), (M, vec![3 * M]));
+    }
+
+    #[test]
+    fn a_code_region_gets_its_allotment_and_the_others_share_the_rest() {
+        let (arena, fixed) = split_budget(
+            117 * M,
+            M,
+            M,
+            &[Claim::Code(14 * M + 5), Claim::Weighted(192 * M)],
+        );
+        assert_eq!(fixed, vec![14 * M, 102 * M]);
+        assert_eq!(arena, M);
+        // At most a quarter of the budget, at least a chunk.
+        let (_, fixed) = split_budget(64 * M, M, M, &[Claim::Code(900 * M)]);
+        assert_eq!(fixed, vec![16 * M]);
+        let (_, fixed) = split_budget(64 * M, M, M, &[Claim::Code(0)]);
+        assert_eq!(fixed, vec![M]);
+    }
+
+    #[test]
+    fn shares_are_whole_chunks_and_never_far_above_the_budget() {
+        for budget in [M, 3 * M, 64 * M, 1000 * M + 12345] {
+            for allotment in [0, M / 2, 7 * M, 50 * M, 5000 * M] {
+                let claims = [
+                    Claim::Code(allotment),
+                    Claim::Weighted(192 * M),
+                    Claim::Weighted(16 * M),
+                ];
+                let (arena, fixed) = split_budget(budget, M, 3 * M, &claims);
+                let sum = arena + fixed.iter().sum::<usize>();
+                assert!(sum <= budget + 4 * M, "{budget} {allotment}: {sum}");
+                for b in std::iter::once(arena).chain(fixed) {
+                    assert!(b >= M && b % M == 0, "{budget} {allotment}: {b}");
+                }
+            }
+        }
+    }
+}

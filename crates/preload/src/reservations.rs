@@ -1,0 +1,207 @@
+//! [`Reservations`]: the program's large `PROT_NONE` private anonymous mappings that it has
+//! not used yet, so that a later `mprotect` making one of them accessible can be managed.
+//!
+//! Programs reserve address space first and make it accessible later. QEMU's TCG does it for
+//! its translated-code buffer: a 1 GiB `PROT_NONE` mapping, then one `mprotect` to
+//! read-write-execute (Debian's QEMU 7.2; traced with `strace -e mmap,mprotect`). Nothing in
+//! such a range has ever been readable, so it holds zeros, and a region can take its place
+//! without changing what the program sees. That is true only for a range no earlier call has
+//! touched: a reservation is recorded at its `mmap` and forgotten at the first call that
+//! concerns any part of it (an `mprotect` that is not managed, a `MAP_FIXED` mapping over it,
+//! `munmap`, `mremap`), so a range once made accessible and protected again (which may hold
+//! data) is never taken for an empty one. glibc's malloc heaps, which grow by small
+//! `mprotect` steps, are forgotten at their first step.
+//!
+//! A fixed table without allocation (the interposed calls run with the program's allocator
+//! locks held), behind one mutex; a lock-free count keeps the common case (no reservation)
+//! from taking it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Most reservations remembered at once (later ones are not recorded: their `mprotect` is
+/// left to the kernel).
+pub const MAX_RESERVATIONS: usize = 16;
+
+/// What the table says about an `mprotect` of a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The range lies inside one untouched reservation, which is now forgotten: the caller
+    /// may put a region there.
+    Untouched,
+    /// The range is not inside one untouched reservation (any reservation it met is
+    /// forgotten).
+    No,
+}
+
+/// The untouched reservations, as `(start, end)`; `(0, 0)` is a free slot.
+#[derive(Debug)]
+pub struct Reservations {
+    spans: Mutex<[(usize, usize); MAX_RESERVATIONS]>,
+    count: AtomicUsize,
+}
+
+impl Default for Reservations {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Reservations {
+    /// An empty table.
+    pub const fn new() -> Self {
+        Self {
+            spans: Mutex::new([(0, 0); MAX_RESERVATIONS]),
+            count: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, [(usize, usize); MAX_RESERVATIONS]> {
+        self.spans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the fresh reservation `[start, start + len)`; false if the table is full.
+    pub fn record(&self, start: usize, len: usize) -> bool {
+        let Some(end) = start.checked_add(len) else {
+            return false;
+        };
+        if len == 0 {
+            return false;
+        }
+        let mut spans = self.lock();
+        // A fresh mapping replaced whatever was there (the kernel chose the address, so
+        // nothing was): drop stale entries it overlaps all the same.
+        self.forget_locked(&mut spans, start, end);
+        let Some(slot) = spans.iter_mut().find(|s| **s == (0, 0)) else {
+            return false;
+        };
+        *slot = (start, end);
+        self.count.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    fn forget_locked(&self, spans: &mut [(usize, usize); MAX_RESERVATIONS], a: usize, e: usize) {
+        for s in spans.iter_mut() {
+            if *s != (0, 0) && s.0 < e && a < s.1 {
+                *s = (0, 0);
+                self.count.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Forgets every reservation that `[start, start + len)` meets (the program used part of
+    /// it). Lock-free when there is none.
+    pub fn forget(&self, start: usize, len: usize) {
+        if self.count.load(Ordering::Acquire) == 0 || len == 0 {
+            return;
+        }
+        let end = start.saturating_add(len);
+        let mut spans = self.lock();
+        self.forget_locked(&mut spans, start, end);
+    }
+
+    /// The program makes `[start, start + len)` accessible: [`Claim::Untouched`] if the range
+    /// lies inside one untouched reservation. Either way every reservation the range meets
+    /// is forgotten (the caller either manages the range or lets the kernel make part of the
+    /// reservation accessible).
+    pub fn claim(&self, start: usize, len: usize) -> Claim {
+        if self.count.load(Ordering::Acquire) == 0 || len == 0 {
+            return Claim::No;
+        }
+        let Some(end) = start.checked_add(len) else {
+            return Claim::No;
+        };
+        let mut spans = self.lock();
+        let inside = spans
+            .iter()
+            .any(|s| *s != (0, 0) && s.0 <= start && end <= s.1);
+        self.forget_locked(&mut spans, start, end);
+        if inside {
+            Claim::Untouched
+        } else {
+            Claim::No
+        }
+    }
+
+    /// How many reservations are remembered.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: usize = 1 << 20;
+
+    #[test]
+    fn a_range_inside_an_untouched_reservation_is_claimed_once() {
+        let r = Reservations::new();
+        assert!(r.record(100 * M, 64 * M));
+        assert_eq!(r.claim(100 * M, 64 * M - 4096), Claim::Untouched);
+        // The rest of it (the guard page) is no longer untouched.
+        assert_eq!(r.claim(164 * M - 4096, 4096), Claim::No);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn any_use_of_a_reservation_forgets_it() {
+        let r = Reservations::new();
+        r.record(100 * M, 64 * M);
+        // An mprotect straddling its end is not inside it, and forgets it.
+        assert_eq!(r.claim(160 * M, 8 * M), Claim::No);
+        assert_eq!(r.claim(100 * M, 16 * M), Claim::No);
+
+        r.record(200 * M, 64 * M);
+        r.forget(210 * M, 4096); // a MAP_FIXED or munmap inside it
+        assert_eq!(r.claim(200 * M, 8 * M), Claim::No);
+
+        // A small first step (glibc's heaps, too small to manage) is claimed and forgets the
+        // whole reservation: a later large mprotect may cover data written through it.
+        r.record(300 * M, 64 * M);
+        assert_eq!(r.claim(300 * M, 132 * 1024), Claim::Untouched);
+        assert_eq!(r.claim(300 * M, 32 * M), Claim::No);
+    }
+
+    #[test]
+    fn ranges_outside_every_reservation_are_not_claimed_and_forget_nothing() {
+        let r = Reservations::new();
+        r.record(100 * M, 64 * M);
+        assert_eq!(r.claim(10 * M, 64 * M), Claim::No);
+        r.forget(164 * M, M);
+        r.forget(99 * M, M);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.claim(100 * M, M), Claim::Untouched);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_rejects_empty_or_wrapping_ranges() {
+        let r = Reservations::new();
+        for i in 0..MAX_RESERVATIONS {
+            assert!(r.record((i + 1) * 100 * M, M));
+        }
+        assert!(!r.record(10_000 * M, M));
+        assert_eq!(r.len(), MAX_RESERVATIONS);
+        assert!(!r.record(usize::MAX - 4095, 8192));
+        assert!(!r.record(5 * M, 0));
+        assert_eq!(r.claim(usize::MAX - 4095, 8192), Claim::No);
+        r.forget(0, usize::MAX);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn recording_over_a_stale_entry_replaces_it() {
+        let r = Reservations::new();
+        r.record(100 * M, 64 * M);
+        r.record(120 * M, 8 * M);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.claim(100 * M, 4 * M), Claim::No);
+        assert_eq!(r.claim(120 * M, 8 * M), Claim::Untouched);
+    }
+}
