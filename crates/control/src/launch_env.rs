@@ -34,6 +34,9 @@ pub const ON_SWAP_FULL: &str = "MEMVISOR_ON_SWAP_FULL";
 /// Swap mapper and false-read preventer for reads of disk images into guest RAM: `on`
 /// (default) or `off`.
 pub const SWAP_MAPPER: &str = "MEMVISOR_SWAP_MAPPER";
+/// Address-space reservations made accessible by one `mprotect` (QEMU's TCG translated-code
+/// buffer) managed under the budget: `on` (default) or `off`.
+pub const RESERVATIONS: &str = "MEMVISOR_RESERVATIONS";
 /// What the library does with the host page cache of the disk images the program reads into
 /// guest RAM: `default` (nothing) or `exclusive` (blocks the guest holds are dropped, let back
 /// in when memvisor evicts them); checked by `memvisor_pager::HostCache`'s parser.
@@ -52,7 +55,7 @@ pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -66,6 +69,7 @@ pub const ALL: [&str; 17] = [
     CPU_WAKE_LATENCY,
     ON_SWAP_FULL,
     SWAP_MAPPER,
+    RESERVATIONS,
     HOST_CACHE,
     IMAGE_CACHE,
     MIGRATION_LISTEN,

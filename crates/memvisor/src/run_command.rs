@@ -53,6 +53,12 @@ pub struct RunArgs {
     /// image again; a read that overwrites whole pages does not first read them from swap.
     #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
     swap_mapper: String,
+    /// Address space a program reserves (`PROT_NONE`) and makes accessible with one
+    /// `mprotect` of at least `--min-region`, such as QEMU's TCG translated-code buffer, is
+    /// paged under the budget (region kind `code` if executable) with an allotment that
+    /// follows its page-in rate; `off` leaves it to the kernel, outside the budget.
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
+    reservations: String,
     /// Host page cache of the disk images QEMU reads into guest RAM: `default` leaves it to
     /// the kernel; `exclusive` drops the blocks from the host cache right after each read
     /// into guest RAM (never a dirty page) and lets them back in when memvisor evicts the
@@ -534,6 +540,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::CPU_WAKE_LATENCY, &args.cpu_wake_latency)
         .env(launch_env::ON_SWAP_FULL, &args.on_swap_full)
         .env(launch_env::SWAP_MAPPER, &args.swap_mapper)
+        .env(launch_env::RESERVATIONS, &args.reservations)
         .env(launch_env::HOST_CACHE, plan.host_cache.name())
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())

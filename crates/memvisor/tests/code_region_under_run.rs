@@ -10,8 +10,9 @@ use common::*;
 
 /// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
 /// back while the program calls the functions in them (and patches them); a reservation made
-/// read-write in one call is a `fixed` region; one made accessible in a small step first stays
-/// the kernel's and keeps its data. Every function's result and every page's pattern is
+/// read-write in one call is a `fixed` region; one made accessible in a small step first, by a
+/// raw system call (and written), or touched by `pkey_mprotect` stays the kernel's and keeps
+/// its data. Every function's result and every page's pattern is
 /// checked before and after the status is read.
 #[test]
 fn code_in_a_reservation_made_executable_is_paged_and_runs() {
@@ -36,7 +37,9 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
             "code-managed=1",
             "guard=---p",
             "rw-managed=1",
-            "stepped-managed=0"
+            "stepped-managed=0",
+            "raw-managed=0",
+            "pkey-managed=0"
         ]
     );
     let status = stat_json(&ctl, &pid);
@@ -47,9 +50,62 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
     assert_eq!(code.size_bytes, (64 << 20) - 4096, "all but the guard page");
     // 64 MiB written and read twice in 16 MiB: the code went out and came back.
     assert!(code.page_outs > 0 && code.page_ins > 0, "{code:?}");
-    assert!(code.budget_bytes < 16 << 20, "{code:?}");
+    // An allotment of at most a quarter of the budget, at least a chunk.
+    assert!(
+        (status.chunk_size..=4 << 20).contains(&code.budget_bytes),
+        "{code:?}"
+    );
     let fixed = status.regions.iter().filter(|r| r.kind == "fixed").count();
     assert_eq!(fixed, 1, "{:?}", status.regions);
+    drop(child.stdin.take());
+    expect_ok_exit(child, out);
+}
+
+/// `--reservations off`: the same program, every reservation left to the kernel (nothing is
+/// a `code` region), every function and pattern still right.
+#[test]
+fn with_reservations_off_nothing_reserved_is_managed() {
+    if !userfaultfd_usable() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let prog = compile_c("jit_workload", t.path());
+    let ctl = t.path().join("ctl");
+    let swap = t.path().join("swap");
+    std::fs::create_dir(&swap).unwrap();
+    let (mut child, mut out) = spawn_run(
+        &ctl,
+        &[
+            "--budget",
+            "16M",
+            "--min-region",
+            "1M",
+            "--arena",
+            "1G",
+            "--reservations",
+            "off",
+        ],
+        &swap,
+        &[prog.as_os_str(), OsStr::new("jit"), OsStr::new("64")],
+    );
+    let (pid, lines) = wait_ready(&mut out);
+    assert_eq!(
+        lines,
+        [
+            "code-managed=0",
+            "guard=---p",
+            "rw-managed=0",
+            "stepped-managed=0",
+            "raw-managed=0",
+            "pkey-managed=0"
+        ]
+    );
+    let status = stat_json(&ctl, &pid);
+    assert!(
+        status.regions.iter().all(|r| r.kind == "arena"),
+        "{:?}",
+        status.regions
+    );
     drop(child.stdin.take());
     expect_ok_exit(child, out);
 }

@@ -176,8 +176,9 @@ fn a_churning_guest_moves_to_a_smaller_destination_and_verifies() {
 }
 
 /// A 256 MiB guest whose RAM is a tmpfs file (`memory-backend-file` in `/dev/shm`) rewrites
-/// 64 MiB for 30 s under a 48 MiB budget and moves, while writing, to a destination whose RAM
-/// is another file in `/dev/shm`, with a 32 MiB budget: both ends' guest RAM is a `guest-file`
+/// 64 MiB for 30 s under a 64 MiB budget (TCG's code buffer takes up to a quarter of it) and
+/// moves, while writing, to a destination whose RAM is another file in `/dev/shm`, with a
+/// 48 MiB budget: both ends' guest RAM is a `guest-file`
 /// region, QEMU sends device state only, and the guest finishes on the destination and finds
 /// every page as it wrote it. The migration is precopy only (`--post-copy=never`).
 #[test]
@@ -204,7 +205,7 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         &config("dst-ram"),
         &[
             "--budget",
-            "32M",
+            "48M",
             "--migration-listen",
             &listen,
             "--migration-key",
@@ -217,7 +218,7 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         "src",
         &image,
         &config("src-ram"),
-        &["--budget", "48M"],
+        &["--budget", "64M"],
         &[],
     );
     assert_eq!((src.kind, dst.kind), ("guest-file", "guest-file"));
@@ -252,7 +253,7 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    check_migrated_and_verified(src, dst, &out, 32 * MIB, Duration::from_secs(90));
+    check_migrated_and_verified(src, dst, &out, 48 * MIB, Duration::from_secs(90));
     // QEMU skipped the file-backed RAM block (x-ignore-shared): it sent device state only,
     // under 1 MiB, memvisor the memory.
     let text = String::from_utf8_lossy(&out.stdout);
@@ -267,8 +268,9 @@ fn a_guest_with_tmpfs_file_ram_moves_to_another_file_and_verifies() {
     );
 }
 
-/// Post-copy (`--post-copy`): a 256 MiB guest rewrites 64 MiB for 30 s under a 48 MiB
-/// budget and moves, while writing, to a destination with a 32 MiB budget. At the pause the
+/// Post-copy (`--post-copy`): a 256 MiB guest rewrites 64 MiB for 30 s under a 64 MiB
+/// budget (TCG's code buffer takes up to a quarter of it) and moves, while writing, to a
+/// destination with a 48 MiB budget. At the pause the
 /// pages it changed since they were sent are only named; its guest resumes at once and they
 /// follow, while its faults on them wait and ask for them first. The guest finishes on the
 /// destination and finds every page as it wrote it.
@@ -291,7 +293,7 @@ fn a_churning_guest_moves_by_post_copy_and_verifies() {
         &config,
         &[
             "--budget",
-            "32M",
+            "48M",
             "--migration-listen",
             &listen,
             "--migration-key",
@@ -304,7 +306,7 @@ fn a_churning_guest_moves_by_post_copy_and_verifies() {
         "src",
         &image,
         &config,
-        &["--budget", "48M"],
+        &["--budget", "64M"],
         &[],
     );
     src.wait_written(72 * MIB, Duration::from_secs(40));
@@ -322,5 +324,5 @@ fn a_churning_guest_moves_by_post_copy_and_verifies() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(named > 0, "{text}");
-    check_migrated_and_verified(src, dst, &out, 32 * MIB, Duration::from_secs(90));
+    check_migrated_and_verified(src, dst, &out, 48 * MIB, Duration::from_secs(90));
 }

@@ -44,6 +44,8 @@ const PAGEMAP_SCAN: u64 = (3 << 30) | ((size_of::<PmScanArg>() as u64) << 16) | 
 const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
 const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
 const PAGE_IS_WRITTEN: u64 = 1 << 1;
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_SWAPPED: u64 = 1 << 4;
 
 /// An open `/proc/self/pagemap`.
 #[derive(Debug)]
@@ -73,6 +75,30 @@ impl Pagemap {
             max_pages: 1,
             category_mask: PAGE_IS_WRITTEN,
             return_mask: PAGE_IS_WRITTEN,
+            ..Default::default()
+        };
+        // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len` live,
+        // writable `page_region`s; the kernel only reads page tables of the given range.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r > 0)
+    }
+
+    /// Whether any page of `[start, start + len)` is in memory or in the kernel's swap: false
+    /// means the range holds no data of its own (any mapping, registered or not).
+    pub fn any_page(&self, start: usize, len: usize) -> io::Result<bool> {
+        let mut out = [PageRegion::default(); 1];
+        let mut arg = PmScanArg {
+            size: size_of::<PmScanArg>() as u64,
+            start: start as u64,
+            end: start.saturating_add(len) as u64,
+            vec: out.as_mut_ptr() as u64,
+            vec_len: 1,
+            max_pages: 1,
+            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
             ..Default::default()
         };
         // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len` live,
@@ -165,5 +191,37 @@ mod tests {
         assert_eq!(size_of::<PageRegion>(), 24);
         assert_eq!(size_of::<PmScanArg>(), 96);
         assert_eq!(PAGEMAP_SCAN, 0xc060_6610);
+    }
+
+    #[test]
+    fn a_range_has_pages_once_written_and_none_before_or_after_a_discard() {
+        let len = 64 * 4096;
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let a = p as usize;
+        let pm = Pagemap::open().unwrap();
+        assert!(!pm.any_page(a, len).unwrap());
+        // SAFETY: the byte lies inside the mapping made above.
+        unsafe { *(p as *mut u8).add(40 * 4096 + 7) = 1 };
+        assert!(pm.any_page(a, len).unwrap());
+        assert!(pm.any_page(a + 40 * 4096, 4096).unwrap());
+        assert!(!pm.any_page(a, 40 * 4096).unwrap());
+        assert!(!pm.any_page(a + 41 * 4096, 23 * 4096).unwrap());
+        // SAFETY: discards pages of the mapping made above; then unmaps it.
+        unsafe {
+            assert_eq!(libc::madvise(p, len, libc::MADV_DONTNEED), 0);
+            assert!(!pm.any_page(a, len).unwrap());
+            libc::munmap(p, len);
+        }
     }
 }

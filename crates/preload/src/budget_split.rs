@@ -1,8 +1,9 @@
 //! [`split_budget`]: how a process budget is divided among its regions.
 //!
 //! A code region (QEMU's TCG translated-code buffer) gets its allotment first
-//! ([`CodeAllotment`](crate::code_allotment::CodeAllotment), set by its page-in rate; at most
-//! a quarter of the budget). Guest RAM, fixed regions and the arena share the rest in
+//! ([`CodeAllotment`](crate::code_allotment::CodeAllotment), set by its page-in rate; all code
+//! regions together at most a quarter of the budget, scaled down in proportion if they ask
+//! more). Guest RAM, fixed regions and the arena share the rest in
 //! proportion to their weight: a guest-RAM or fixed region its size, the arena the bytes
 //! mapped in it. Every share is in whole chunks and at least one, so the sum may exceed the
 //! budget by one chunk per region.
@@ -44,10 +45,25 @@ pub fn split_budget(
             })
             .sum::<usize>();
     let mut out = vec![0; claims.len()];
+    // All code regions together get at most a quarter of the budget (each allotment is bounded
+    // so on its own): scaled down in proportion when their sum is more.
+    let asked: usize = claims
+        .iter()
+        .map(|c| match c {
+            Claim::Code(a) => *a,
+            Claim::Weighted(_) => 0,
+        })
+        .sum();
+    let code_cap = budget / MAX_DIVISOR;
     let mut code_total = 0usize;
     for (o, c) in out.iter_mut().zip(claims) {
         if let Claim::Code(allotment) = *c {
-            *o = chunks_down(allotment.min(budget / MAX_DIVISOR), chunk);
+            let share = if asked > code_cap {
+                proportion(code_cap, allotment, asked)
+            } else {
+                allotment
+            };
+            *o = chunks_down(share, chunk);
             code_total += *o;
         }
     }
@@ -99,6 +115,12 @@ mod tests {
         assert_eq!(fixed, vec![16 * M]);
         let (_, fixed) = split_budget(64 * M, M, M, &[Claim::Code(0)]);
         assert_eq!(fixed, vec![M]);
+        // Several code regions share the quarter: eight asking 8M each of 64M get 2M each.
+        let mut claims = vec![Claim::Code(8 * M); 8];
+        claims.push(Claim::Weighted(192 * M));
+        let (_, fixed) = split_budget(64 * M, M, M, &claims);
+        assert_eq!(&fixed[..8], &[2 * M; 8]);
+        assert_eq!(fixed[8], 47 * M);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mprotect`,
-//! `mremap`, each forwarded to [`interposer`](crate::interposer); and the credential changes
+//! `pkey_mprotect`, `mremap`, each forwarded to [`interposer`](crate::interposer); and the credential changes
 //! (`setuid`, `setresgid`, `setgroups` and the rest), which first let the library's threads
 //! take the caller's capabilities ([`credential_mirror`](crate::credential_mirror)) and then call
 //! glibc's.
@@ -84,6 +84,23 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     // SAFETY: forwarded with the caller's contract.
     unsafe { interposer::mprotect(addr, len, prot) }
+}
+
+/// `pkey_mprotect(2)`: the range's reservations are forgotten (see
+/// [`reservations`](crate::reservations)), then the kernel does the call.
+///
+/// # Safety
+///
+/// As `pkey_mprotect(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pkey_mprotect(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    pkey: c_int,
+) -> c_int {
+    // SAFETY: forwarded with the caller's contract.
+    unsafe { interposer::pkey_mprotect(addr, len, prot, pkey) }
 }
 
 /// `mremap(2)`, managed (see the module documentation for the variadic argument).

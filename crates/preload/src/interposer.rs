@@ -18,8 +18,12 @@ const GUEST_MEMFD_LINK: &[u8] = b"/memfd:memory-backend-memfd";
 /// Any memfd, as `/proc/self/fd/N` names it.
 const MEMFD_LINK: &[u8] = b"/memfd:";
 
+/// `len` rounded up to whole pages (the largest page multiple if that overflows: the kernel
+/// refuses such a length anyway).
 fn page_round(len: usize) -> usize {
-    len.next_multiple_of(memvisor_pager::page_size())
+    let page = memvisor_pager::page_size();
+    len.checked_next_multiple_of(page)
+        .unwrap_or(usize::MAX / page * page)
 }
 
 /// The first bytes of `fd`'s `/proc/self/fd` link (enough to tell a memfd's name), read into
@@ -130,6 +134,7 @@ pub unsafe fn mmap(
         RESERVATIONS.forget(a, page_round(len));
     }
     if prot == libc::PROT_NONE
+        && mp::RESERVATIONS.load(Ordering::Acquire)
         && private
         && anonymous
         && !fixed
@@ -391,4 +396,19 @@ pub unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
         }
     }
     pass()
+}
+
+/// `pkey_mprotect`: forgets the reservations the range meets (a range made accessible this
+/// way may hold data), then the kernel does the call.
+///
+/// # Safety
+///
+/// As `pkey_mprotect(2)`.
+pub unsafe fn pkey_mprotect(addr: *mut c_void, len: size_t, prot: c_int, pkey: c_int) -> c_int {
+    if ACTIVE.load(Ordering::Acquire) && len > 0 {
+        RESERVATIONS.forget(addr as usize, page_round(len));
+    }
+    // SAFETY: the program's own arguments, passed on as given.
+    let r = unsafe { libc::syscall(libc::SYS_pkey_mprotect, addr, len, prot, pkey) };
+    r as c_int
 }

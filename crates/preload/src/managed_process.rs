@@ -52,6 +52,8 @@ pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub static MIN_REGION: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Whether image reads into fixed regions go through the swap mapper (`--swap-mapper`).
 pub static SWAP_MAPPER: AtomicBool = AtomicBool::new(false);
+/// Whether reservations made accessible by one `mprotect` become regions (`--reservations`).
+pub static RESERVATIONS: AtomicBool = AtomicBool::new(false);
 /// Whether the host cache of images read into guest RAM is exclusive (`--host-cache`).
 pub static EXCLUSIVE_HOST_CACHE: AtomicBool = AtomicBool::new(false);
 /// Whether the program is QEMU (its name starts with `qemu-system` or `qemu-kvm`): only then
@@ -297,6 +299,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     ARENA_END.store(start + size, Ordering::Release);
     MIN_REGION.store(config.min_region, Ordering::Release);
     SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
+    RESERVATIONS.store(config.reservations, Ordering::Release);
     EXCLUSIVE_HOST_CACHE.store(
         config.host_cache == memvisor_pager::HostCache::Exclusive,
         Ordering::Release,
@@ -749,6 +752,19 @@ pub fn reserved_map(addr: usize, len: usize, prot: c_int) -> bool {
             )
         };
     };
+    // Whatever calls the library did not see (a raw system call, `shmat`), a range with a page
+    // in memory or in swap holds data: only an empty one may become zeros in a region.
+    match memvisor_pager::Pagemap::open().and_then(|p| p.any_page(addr, len)) {
+        Ok(false) => {}
+        Ok(true) => {
+            note_unmanaged(len, "a reservation made accessible already holds pages");
+            return false;
+        }
+        Err(e) => {
+            note_unmanaged(len, &format!("cannot scan /proc/self/pagemap: {e}"));
+            return false;
+        }
+    }
     if fixed_map(Some(addr), len, kind, None) != Some(addr) {
         // A region that failed half-way may have unmapped the range.
         restore_reservation();

@@ -45,6 +45,9 @@ pub struct PreloadConfig {
     /// Whether reads of disk images into guest RAM go through the swap mapper and the
     /// false-read preventer ([`image_io`](crate::image_io)).
     pub swap_mapper: bool,
+    /// Whether reservations made accessible by one `mprotect` become regions
+    /// ([`reservations`](crate::reservations)).
+    pub reservations: bool,
     /// What happens to the host page cache of disk images read into guest RAM
     /// ([`image_io`](crate::image_io), `memvisor_pager::host_cache`).
     pub host_cache: HostCache,
@@ -159,6 +162,7 @@ impl PreloadConfig {
             })?,
         };
         let swap_mapper = on_off(&get, launch_env::SWAP_MAPPER)?;
+        let reservations = on_off(&get, launch_env::RESERVATIONS)?;
         let cpu_wake_latency = on_off(&get, launch_env::CPU_WAKE_LATENCY)?;
         let host_cache = match get(launch_env::HOST_CACHE) {
             None => HostCache::default(),
@@ -224,6 +228,7 @@ impl PreloadConfig {
             cpu_wake_latency,
             on_swap_full,
             swap_mapper,
+            reservations,
             host_cache,
             image_cache,
             migration_listen,
@@ -308,6 +313,7 @@ mod tests {
             (launch_env::BUSY_POLL_US, "100"),
             (launch_env::ON_SWAP_FULL, "fail"),
             (launch_env::SWAP_MAPPER, "off"),
+            (launch_env::RESERVATIONS, "off"),
             (launch_env::CPU_WAKE_LATENCY, "off"),
             (launch_env::IMAGE_CACHE, "67108864"),
             (launch_env::HOST_CACHE, "exclusive"),
@@ -315,6 +321,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(!c.swap_mapper);
+        assert!(!c.reservations);
         assert!(!c.cpu_wake_latency);
         assert_eq!(c.host_cache, HostCache::Exclusive);
         assert_eq!(c.image_cache, Some(64 << 20));
@@ -335,6 +342,7 @@ mod tests {
         assert_eq!(c.busy_poll, Some(DEFAULT_BUSY_POLL));
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         assert!(c.swap_mapper);
+        assert!(c.reservations);
         assert!(c.cpu_wake_latency);
         assert_eq!(c.host_cache, HostCache::Default);
         assert_eq!(c.image_cache, None);

@@ -9,8 +9,11 @@
 //! touched: a reservation is recorded at its `mmap` and forgotten at the first call that
 //! concerns any part of it (an `mprotect` that is not managed, a `MAP_FIXED` mapping over it,
 //! `munmap`, `mremap`), so a range once made accessible and protected again (which may hold
-//! data) is never taken for an empty one. glibc's malloc heaps, which grow by small
-//! `mprotect` steps, are forgotten at their first step.
+//! data) is never taken for an empty one: an allocator that grows a heap by small `mprotect`
+//! steps has it forgotten at its first step (glibc's malloc does so with internal calls the
+//! library does not see; its heaps are never recorded). Calls the library cannot see at all
+//! (a raw system call) are covered by a last check before a region takes a range: no page of
+//! it may be in memory or in swap (`PAGEMAP_SCAN`, [`memvisor_pager::Pagemap::any_page`]).
 //!
 //! A fixed table without allocation (the interposed calls run with the program's allocator
 //! locks held), behind one mutex; a lock-free count keeps the common case (no reservation)
@@ -162,8 +165,9 @@ mod tests {
         r.forget(210 * M, 4096); // a MAP_FIXED or munmap inside it
         assert_eq!(r.claim(200 * M, 8 * M), Claim::No);
 
-        // A small first step (glibc's heaps, too small to manage) is claimed and forgets the
-        // whole reservation: a later large mprotect may cover data written through it.
+        // A small first step (an allocator growing a heap; too small to manage) is claimed and
+        // forgets the whole reservation: a later large mprotect may cover data written
+        // through it.
         r.record(300 * M, 64 * M);
         assert_eq!(r.claim(300 * M, 132 * 1024), Claim::Untouched);
         assert_eq!(r.claim(300 * M, 32 * M), Claim::No);

@@ -7,8 +7,13 @@
  *                    called and every pattern checked, in order and in a stride; every third
  *                    function patched (as TCG patches jumps) and all called again;
  *                 2. a reservation made read-write by one mprotect: written and checked;
- *                 3. a reservation made accessible in small steps first (glibc's heaps), then
- *                    by a large mprotect: the data written through the small step is kept;
+ *                 3. a reservation made accessible in a small step first (an allocator
+ *                    growing a heap), then by a large mprotect: the data written through
+ *                    the small step is kept;
+ *                 4. a reservation made read-write by a raw system call and written, then
+ *                    by mprotect: not managed (it holds pages), the data kept;
+ *                 5. a reservation touched by pkey_mprotect (key -1: protection only), then
+ *                    made read-write by mprotect: not managed, although it holds no page;
  *                 prints what is managed, READY PID, waits for stdin to close, checks
  *                 everything again and prints OK.
  * Every failure prints "FAIL: what" and exits 2. */
@@ -18,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MIB (1024UL * 1024UL)
@@ -161,6 +167,20 @@ int main(int argc, char **argv) {
     check_data(heap, 64 * 1024, 23, "data written before the large mprotect");
     fill_data(heap, 24 * MIB, 29);
 
+    /* 4. Made accessible behind the library's back, and written. */
+    uint64_t *raw = (uint64_t *)reserve(32 * MIB);
+    if (syscall(SYS_mprotect, raw, 16 * MIB, PROT_READ | PROT_WRITE)) fail("raw mprotect");
+    fill_data(raw, 16 * MIB, 31);
+    if (mprotect(raw, 24 * MIB, PROT_READ | PROT_WRITE)) fail("mprotect after raw mprotect");
+    printf("raw-managed=%d\n", managed((uintptr_t)raw));
+    check_data(raw, 16 * MIB, 31, "data written before the library saw the reservation");
+
+    /* 5. Touched by pkey_mprotect only. */
+    unsigned char *pk = reserve(32 * MIB);
+    if (pkey_mprotect(pk, 64 * 1024, PROT_READ, -1)) fail("pkey_mprotect");
+    if (mprotect(pk, 24 * MIB, PROT_READ | PROT_WRITE)) fail("mprotect after pkey_mprotect");
+    printf("pkey-managed=%d\n", managed((uintptr_t)pk));
+
     printf("READY %d\n", (int)getpid());
     fflush(stdout);
     char buf[256];
@@ -169,6 +189,7 @@ int main(int argc, char **argv) {
     check_code(code, pages, 1, "after the hold");
     check_data(rw, rw_len, 11, "read-write reservation after the hold");
     check_data(heap, 24 * MIB, 29, "stepped reservation after the hold");
+    check_data(raw, 16 * MIB, 31, "raw reservation after the hold");
     printf("OK\n");
     fflush(stdout);
     return 0;
