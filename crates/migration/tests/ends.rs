@@ -4,10 +4,14 @@
 //! destination then holds every byte; a region mismatch, a wrong key and a cancel fail cleanly
 //! and the receiver takes the next attempt. Post-copy: the destination is read and written
 //! while the last pages arrive, and a source lost after the switch-over leaves it as it was.
+//!
+//! The tests run one at a time ([`one_at_a_time`]): the post-copy ones watch a switch-over
+//! that lasts a few milliseconds, and ten migrations at once on two CPUs let it pass unseen
+//! (a test thread woke after the migration had completed; failed in CI).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use memvisor_control::PostCopy;
@@ -46,6 +50,12 @@ fn write(r: &Region, offset: usize, data: &[u8]) {
     assert!(offset + data.len() <= r.len());
     // SAFETY: inside the live region; one writer at a time per test.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.as_ptr().add(offset), data.len()) }
+}
+
+/// Held for the whole of each test, so that the tests of this file run one after another.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn contents(r: &Region) -> Vec<u8> {
@@ -184,6 +194,7 @@ fn options() -> SenderOptions {
 
 #[test]
 fn a_changing_region_arrives_whole_in_a_smaller_budget() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -230,6 +241,7 @@ fn a_changing_region_arrives_whole_in_a_smaller_budget() {
 
 #[test]
 fn refused_attempts_leave_the_receiver_listening_and_empty() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -304,6 +316,7 @@ fn refused_attempts_leave_the_receiver_listening_and_empty() {
 /// writer, from round 1 on, keeps changing one page, and arrives whole.
 #[test]
 fn a_region_of_zero_pages_converges_and_arrives() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -357,6 +370,7 @@ fn a_region_of_zero_pages_converges_and_arrives() {
 /// the pass, so the pages the cut round had left arrive only if the last round sends them.
 #[test]
 fn a_round_cut_short_by_the_pause_leaves_nothing_behind() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -408,6 +422,7 @@ fn a_round_cut_short_by_the_pause_leaves_nothing_behind() {
 /// later rounds read through their own read-ahead), and both arrive whole.
 #[test]
 fn changes_in_a_second_region_arrive() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -481,6 +496,7 @@ fn changes_in_a_second_region_arrive() {
 /// writes.
 #[test]
 fn post_copy_serves_the_destination_while_the_pages_arrive() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -517,9 +533,12 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
             for p in 0..pages {
                 write(&src, p * ps + 8, &(p as u64 + 1).to_le_bytes());
             }
-            // The source is paused from here on: its memory is what must arrive.
-            let final_source = contents(&src);
+            // The source is paused from here on: its memory is what must arrive. The pause is
+            // signalled first, then the memory read (nothing changes it any more): a sender
+            // round in between could otherwise send every page the loop above changed, and the
+            // last round, with nothing left to name, would not be post-copy (seen in CI).
             signals.finish();
+            let final_source = contents(&src);
             wait_for_state(&progress, "post-copy");
             // Switched over: the destination's guest runs, pages still arriving.
             let remote_at_start = dst.remote_pages();
@@ -576,6 +595,7 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
 /// remote, and the receiver does not listen for a retry.
 #[test]
 fn a_post_copy_broken_after_the_switch_over_keeps_the_destination() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -680,6 +700,7 @@ impl Relay {
 /// push by the migration's number, and the destination ends with every byte.
 #[test]
 fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -709,8 +730,9 @@ fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
             for p in 0..pages {
                 write(&src, p * ps + 24, &(p as u64 ^ 0x5a5a).to_le_bytes());
             }
-            let final_source = contents(&src);
+            // Paused first, then read (see the test above).
             signals.finish();
+            let final_source = contents(&src);
             wait_for_state(&progress, "post-copy");
             std::thread::sleep(Duration::from_millis(100));
             // The network fails for a while, and connections through it fail too.
@@ -803,6 +825,7 @@ fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
 /// pushed after the switch-over. Both destinations end with every byte.
 #[test]
 fn auto_post_copies_only_a_long_last_round() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }
@@ -849,6 +872,7 @@ fn auto_post_copies_only_a_long_last_round() {
 /// nothing), and refuses a resume of any other migration.
 #[test]
 fn a_completed_post_copy_answers_a_late_resume() {
+    let _serial = one_at_a_time();
     if !supported() {
         return;
     }

@@ -1,8 +1,8 @@
 //! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mprotect`,
-//! `pkey_mprotect`, `mremap`, each forwarded to [`interposer`](crate::interposer); and the credential changes
-//! (`setuid`, `setresgid`, `setgroups` and the rest), which first let the library's threads
-//! take the caller's capabilities ([`credential_mirror`](crate::credential_mirror)) and then call
-//! glibc's.
+//! `pkey_mprotect`, `mremap`, each forwarded to [`interposer`](crate::interposer); and the
+//! credential changes (`setuid`, `setresgid`, `setgroups` and the rest), which first let the
+//! library's threads take the caller's capabilities
+//! ([`credential_mirror`](crate::credential_mirror)) and then call glibc's.
 //!
 //! `mremap` is variadic in C (`new_address` only with `MREMAP_FIXED`). It is declared here
 //! with five fixed arguments: on x86-64 (System V) and AArch64 (Linux, AAPCS64) variadic

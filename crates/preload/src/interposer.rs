@@ -367,8 +367,9 @@ pub unsafe fn mremap(
 
 /// `mprotect`: a range of an untouched reservation made read-write or read-write-execute in
 /// one call of at least `--min-region` becomes a region ([`mp::reserved_map`]); everything
-/// else goes to the kernel (managed memory included: its regions' mappings keep working
-/// under any protection the program gives them).
+/// else goes to the kernel unchanged, on managed memory too (an `mprotect` of part of a
+/// region splits its mapping, and the pager's fills of whole chunks do not cross such a
+/// split: see the crate's README).
 ///
 /// # Safety
 ///
