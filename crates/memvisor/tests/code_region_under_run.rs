@@ -8,6 +8,50 @@ use std::ffi::OsStr;
 
 use common::*;
 
+/// The C program `jit 64` under `memvisor run --budget 16M --min-region 1M --arena 1G EXTRA`,
+/// up to its `READY` line: the status then, the lines it printed before, and the run to end
+/// (`finish`). The directory holding its control socket and swap lives in the result.
+struct JitRun {
+    _dir: tempfile::TempDir,
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    status: memvisor_control::ProcessStatus,
+    lines: Vec<String>,
+}
+
+impl JitRun {
+    fn start(extra: &[&str]) -> Self {
+        let t = tempfile::tempdir().unwrap();
+        let prog = compile_c("jit_workload", t.path());
+        let ctl = t.path().join("ctl");
+        let swap = t.path().join("swap");
+        std::fs::create_dir(&swap).unwrap();
+        let mut args = vec!["--budget", "16M", "--min-region", "1M", "--arena", "1G"];
+        args.extend_from_slice(extra);
+        let (child, mut out) = spawn_run(
+            &ctl,
+            &args,
+            &swap,
+            &[prog.as_os_str(), OsStr::new("jit"), OsStr::new("64")],
+        );
+        let (pid, lines) = wait_ready(&mut out);
+        let status = stat_json(&ctl, &pid);
+        Self {
+            _dir: t,
+            child,
+            out,
+            status,
+            lines,
+        }
+    }
+
+    /// Closes the program's stdin: it checks everything again and must print `OK`.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        expect_ok_exit(self.child, self.out);
+    }
+}
+
 /// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
 /// back while the program calls the functions in them (and patches them); a reservation made
 /// read-write in one call is a `fixed` region; one made accessible in a small step first, by a
@@ -19,20 +63,9 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
     if !userfaultfd_usable() || !cfg!(target_arch = "x86_64") {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let prog = compile_c("jit_workload", t.path());
-    let ctl = t.path().join("ctl");
-    let swap = t.path().join("swap");
-    std::fs::create_dir(&swap).unwrap();
-    let (mut child, mut out) = spawn_run(
-        &ctl,
-        &["--budget", "16M", "--min-region", "1M", "--arena", "1G"],
-        &swap,
-        &[prog.as_os_str(), OsStr::new("jit"), OsStr::new("64")],
-    );
-    let (pid, lines) = wait_ready(&mut out);
+    let run = JitRun::start(&[]);
     assert_eq!(
-        lines,
+        run.lines,
         [
             "code-managed=1",
             "guard=---p",
@@ -42,8 +75,8 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
             "pkey-managed=0"
         ]
     );
-    let status = stat_json(&ctl, &pid);
-    assert_within_budget(&status, "at READY");
+    let status = &run.status;
+    assert_within_budget(status, "at READY");
     let code: Vec<_> = status.regions.iter().filter(|r| r.kind == "code").collect();
     assert_eq!(code.len(), 1, "{:?}", status.regions);
     let code = code[0];
@@ -57,8 +90,7 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
     );
     let fixed = status.regions.iter().filter(|r| r.kind == "fixed").count();
     assert_eq!(fixed, 1, "{:?}", status.regions);
-    drop(child.stdin.take());
-    expect_ok_exit(child, out);
+    run.finish();
 }
 
 /// `--reservations off`: the same program, every reservation left to the kernel (nothing is
@@ -68,29 +100,9 @@ fn with_reservations_off_nothing_reserved_is_managed() {
     if !userfaultfd_usable() || !cfg!(target_arch = "x86_64") {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let prog = compile_c("jit_workload", t.path());
-    let ctl = t.path().join("ctl");
-    let swap = t.path().join("swap");
-    std::fs::create_dir(&swap).unwrap();
-    let (mut child, mut out) = spawn_run(
-        &ctl,
-        &[
-            "--budget",
-            "16M",
-            "--min-region",
-            "1M",
-            "--arena",
-            "1G",
-            "--reservations",
-            "off",
-        ],
-        &swap,
-        &[prog.as_os_str(), OsStr::new("jit"), OsStr::new("64")],
-    );
-    let (pid, lines) = wait_ready(&mut out);
+    let run = JitRun::start(&["--reservations", "off"]);
     assert_eq!(
-        lines,
+        run.lines,
         [
             "code-managed=0",
             "guard=---p",
@@ -100,12 +112,10 @@ fn with_reservations_off_nothing_reserved_is_managed() {
             "pkey-managed=0"
         ]
     );
-    let status = stat_json(&ctl, &pid);
     assert!(
-        status.regions.iter().all(|r| r.kind == "arena"),
+        run.status.regions.iter().all(|r| r.kind == "arena"),
         "{:?}",
-        status.regions
+        run.status.regions
     );
-    drop(child.stdin.take());
-    expect_ok_exit(child, out);
+    run.finish();
 }

@@ -64,41 +64,49 @@ impl Pagemap {
     /// Whether any page of `[start, start + len)` (addresses in a range registered with
     /// userfaultfd `MODE_WP` and `WP_ASYNC`) was written since it was last write-protected.
     pub fn any_written(&self, start: usize, len: usize) -> io::Result<bool> {
-        let mut out = [PageRegion::default(); 1];
-        let mut arg = PmScanArg {
-            size: size_of::<PmScanArg>() as u64,
-            flags: PM_SCAN_CHECK_WPASYNC,
-            start: start as u64,
-            end: (start + len) as u64,
-            vec: out.as_mut_ptr() as u64,
-            vec_len: 1,
-            max_pages: 1,
-            category_mask: PAGE_IS_WRITTEN,
-            return_mask: PAGE_IS_WRITTEN,
-            ..Default::default()
-        };
-        // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len` live,
-        // writable `page_region`s; the kernel only reads page tables of the given range.
-        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(r > 0)
+        self.any_page_matching(
+            start as u64,
+            (start + len) as u64,
+            PM_SCAN_CHECK_WPASYNC,
+            PAGE_IS_WRITTEN,
+            0,
+        )
     }
 
     /// Whether any page of `[start, start + len)` is in memory or in the kernel's swap: false
     /// means the range holds no data of its own (any mapping, registered or not).
     pub fn any_page(&self, start: usize, len: usize) -> io::Result<bool> {
+        self.any_page_matching(
+            start as u64,
+            start.saturating_add(len) as u64,
+            0,
+            0,
+            PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        )
+    }
+
+    /// Whether one page of `[start, end)` has every category of `all_of` and one of `any_of`
+    /// (a zero mask asks nothing), scanned with `flags`; stops at the first.
+    fn any_page_matching(
+        &self,
+        start: u64,
+        end: u64,
+        flags: u64,
+        all_of: u64,
+        any_of: u64,
+    ) -> io::Result<bool> {
         let mut out = [PageRegion::default(); 1];
         let mut arg = PmScanArg {
             size: size_of::<PmScanArg>() as u64,
-            start: start as u64,
-            end: start.saturating_add(len) as u64,
+            flags,
+            start,
+            end,
             vec: out.as_mut_ptr() as u64,
             vec_len: 1,
             max_pages: 1,
-            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            category_mask: all_of,
+            category_anyof_mask: any_of,
+            return_mask: all_of | any_of,
             ..Default::default()
         };
         // SAFETY: `arg` is a valid `struct pm_scan_arg` whose `vec` points to `vec_len` live,
