@@ -259,16 +259,23 @@ fn a_dropped_connection_leaves_both_sides_ready_for_a_retry() {
     dst.verifies(FINISH);
 }
 
-/// A TCP relay to `to` on 127.0.0.1 for every client, which the test can cut (every
-/// connection through it shut down) and take down (clients closed as they come) and up again.
+/// A TCP relay to `to` on 127.0.0.1 for every client, which the test can slow down, cut
+/// (every connection through it shut down) and take down (clients closed as they come) and up
+/// again.
 struct Relay {
     port: u16,
     down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
     live: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
 }
 
+/// What a slowed relay forwards at a time, and the pause after each: about 1 MiB/s.
+const SLOW_STEP: usize = 8 << 10;
+const SLOW_PAUSE: Duration = Duration::from_millis(8);
+
 impl Relay {
     fn to(to: u16) -> Relay {
+        use std::io::{Read, Write};
         use std::net::{Shutdown, TcpListener, TcpStream};
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -276,9 +283,10 @@ impl Relay {
         let relay = Relay {
             port,
             down: Default::default(),
+            slow: Default::default(),
             live: Default::default(),
         };
-        let (down, live) = (relay.down.clone(), relay.live.clone());
+        let (down, slow, live) = (relay.down.clone(), relay.slow.clone(), relay.live.clone());
         // Left running: it only relays, and ends with the test process.
         std::thread::spawn(move || {
             for client in listener.incoming() {
@@ -290,8 +298,17 @@ impl Relay {
                     continue;
                 };
                 let pump = |mut from: TcpStream, mut to: TcpStream| {
+                    let slow = slow.clone();
                     std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
+                        let mut buf = vec![0u8; SLOW_STEP];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                            if slow.load(Ordering::Relaxed) {
+                                std::thread::sleep(SLOW_PAUSE);
+                            }
+                        }
                         let _ = to.shutdown(Shutdown::Write);
                     })
                 };
@@ -305,9 +322,16 @@ impl Relay {
         relay
     }
 
+    /// Slows every connection through the relay to about 1 MiB/s, until it is next taken
+    /// down or up.
+    fn slow_down(&self) {
+        self.slow.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Takes the relay down (`true`: every connection through it is cut, new ones closed) or
-    /// up again.
+    /// up again, at full speed.
     fn set_down(&self, down: bool) {
+        self.slow.store(false, std::sync::atomic::Ordering::Relaxed);
         self.down.store(down, std::sync::atomic::Ordering::Relaxed);
         if down {
             for s in self.live.lock().unwrap().drain(..) {
@@ -319,26 +343,31 @@ impl Relay {
 
 /// Waits (`limit` at most) until `state` of `end`'s migration.
 fn wait_state(end: &End, state: &str, limit: Duration) {
+    wait_any_state(end, &[state], limit);
+}
+
+/// Waits (`limit` at most) until one of `states` of `end`'s migration, and returns it.
+fn wait_any_state(end: &End, states: &[&str], limit: Duration) -> String {
     let start = Instant::now();
     loop {
         // No status until `memvisor migrate` started the source.
         let m = end.status().migration;
-        if m.as_ref().is_some_and(|m| m.state == state) {
-            return;
+        if let Some(m) = m.as_ref().filter(|m| states.contains(&m.state.as_str())) {
+            return m.state.clone();
         }
         let over = m.as_ref().is_some_and(|m| m.is_over());
         assert!(
             !over && start.elapsed() < limit,
-            "waiting for {state}: {m:?}"
+            "waiting for {states:?}: {m:?}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
-/// Post-copy with the memory connection cut for two seconds during the push (slowed to
-/// 8 MiB/s): both ends wait in `post-copy-paused`, the source's memvisor reconnects and
-/// resumes, `memvisor migrate` completes, and the guest finishes on the destination and
-/// verifies all of its memory.
+/// Post-copy with the memory connection cut for two seconds during the push (the migration
+/// limited to 8 MiB/s, the relay slowed to 1 MiB/s from convergence on): both ends wait in
+/// `post-copy-paused`, the source's memvisor reconnects and resumes, `memvisor migrate`
+/// completes, and the guest finishes on the destination and verifies all of its memory.
 #[test]
 fn a_post_copy_cut_during_the_push_resumes_and_the_guest_verifies() {
     let Some(image) =
@@ -350,8 +379,10 @@ fn a_post_copy_cut_during_the_push_resumes_and_the_guest_verifies() {
     let (src, dst, key, mem, dev) = ends(dir.path(), &image, "churn 32 40");
     src.wait_written(32 * MIB, Duration::from_secs(60));
     let relay = Relay::to(mem);
-    // Converged at once (a round's changes fit 10 s at 8 MiB/s): the pause names the pages
-    // the churn changed since round 0, up to 32 MiB, and their push takes seconds.
+    // Converged after round 1 (a round's changes fit 10 s at 8 MiB/s). The pause names the
+    // pages the churn changed since the last round, which on loaded CPUs may be a few dozen
+    // (pushed in milliseconds at 8 MiB/s): the relay is slowed to 1 MiB/s once the rounds
+    // converge, so the push lasts long enough to be cut.
     let migrate = start_migrate(
         &src,
         &dst,
@@ -365,8 +396,17 @@ fn a_post_copy_cut_during_the_push_resumes_and_the_guest_verifies() {
             "10s",
         ],
     );
+    let seen = wait_any_state(
+        &src,
+        &["converged", "finishing", "post-copy"],
+        Duration::from_secs(120),
+    );
+    relay.slow_down();
+    assert_ne!(
+        seen, "post-copy",
+        "the switch-over came before the relay slowed down"
+    );
     wait_state(&src, "post-copy", Duration::from_secs(120));
-    std::thread::sleep(Duration::from_millis(300));
     relay.set_down(true);
     wait_state(&src, "post-copy-paused", Duration::from_secs(30));
     wait_state(&dst, "post-copy-paused", Duration::from_secs(150));
