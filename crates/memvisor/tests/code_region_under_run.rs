@@ -53,7 +53,8 @@ impl JitRun {
 }
 
 /// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
-/// back while the program calls the functions in them (and patches them); a reservation made
+/// back while the program calls the functions in them (and patches them, and replaces 1 MiB of
+/// them by a `MAP_FIXED` read-write-execute mapping, which stays managed); a reservation made
 /// read-write in one call is a `fixed` region; one made accessible in a small step first, by a
 /// raw system call (and written), or touched by `pkey_mprotect` stays the kernel's and keeps
 /// its data. Every function's result and every page's pattern is
@@ -69,6 +70,7 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
         [
             "code-managed=1",
             "guard=---p",
+            "remapped-managed=1",
             "rw-managed=1",
             "stepped-managed=0",
             "raw-managed=0",
@@ -106,6 +108,7 @@ fn with_reservations_off_nothing_reserved_is_managed() {
         [
             "code-managed=0",
             "guard=---p",
+            "remapped-managed=0",
             "rw-managed=0",
             "stepped-managed=0",
             "raw-managed=0",

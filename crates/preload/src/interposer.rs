@@ -152,9 +152,11 @@ pub unsafe fn mmap(
         let (over, n) = mp::managed_overlaps(a, page_round(len));
         if n > 0 {
             // MAP_FIXED over managed memory: only fresh private anonymous memory over one
-            // managed range can be honoured (the range is discarded and reprotected).
+            // managed range can be honoured (the range is discarded and reprotected), and
+            // executable only over a code region (mapped executable already).
             let whole = n == 1 && over[0].0 == a && over[0].1 == page_round(len);
-            let result = if !(anonymous && private && whole) || prot & libc::PROT_EXEC != 0 {
+            let exec_allowed = || prot & libc::PROT_EXEC == 0 || mp::is_code_region(over[0].2);
+            let result = if !(anonymous && private && whole && exec_allowed()) {
                 Err(libc::ENOMEM)
             } else {
                 match over[0].2 {

@@ -983,6 +983,18 @@ pub fn guest_memory_regions() -> Vec<Arc<Region>> {
         .collect()
 }
 
+/// Whether the managed range `slot` of [`managed_overlaps`] is a code region (mapped
+/// executable); `None`, the arena, is not.
+pub fn is_code_region(slot: Option<usize>) -> bool {
+    slot.is_some_and(|slot| {
+        lock().as_ref().is_some_and(|p| {
+            p.fixed
+                .iter()
+                .any(|f| f.slot == slot && f.kind == FixedKind::Code)
+        })
+    })
+}
+
 /// Whether any fixed region exists (lock-free).
 pub fn has_fixed() -> bool {
     FIXED_COUNT.load(Ordering::Acquire) > 0

@@ -5,7 +5,10 @@
  *                    mprotect but for its last page (TCG's guard page); a small function in
  *                    every page (mov eax, imm32; ret) and a pattern after it; every function
  *                    called and every pattern checked, in order and in a stride; every third
- *                    function patched (as TCG patches jumps) and all called again;
+ *                    function patched (as TCG patches jumps) and all called again; 256
+ *                    pages of it replaced by a MAP_FIXED read-write-execute anonymous
+ *                    mapping (as a JIT drops part of its cache), checked to read as zeros,
+ *                    written and called again;
  *                 2. a reservation made read-write by one mprotect: written and checked;
  *                 3. a reservation made accessible in a small step first (an allocator
  *                    growing a heap), then by a large mprotect: the data written through
@@ -148,6 +151,15 @@ int main(int argc, char **argv) {
     check_code(code, pages, 0, "after the first writes");
     for (size_t i = 0; i < pages; i += 3) write_page(code, i, 1);
     check_code(code, pages, 1, "after patching");
+    unsigned char *part = code + 64 * PAGE;
+    if (mmap(part, 256 * PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != part)
+        fail("MAP_FIXED read-write-execute over the code buffer");
+    for (size_t k = 0; k < 256 * PAGE; k++)
+        if (part[k]) fail("the MAP_FIXED part of the code buffer does not read as zeros");
+    printf("remapped-managed=%d\n", managed((uintptr_t)part));
+    for (size_t i = 64; i < 64 + 256; i++) write_page(code, i, round_of(i, 1));
+    check_code(code, pages, 1, "after the MAP_FIXED");
 
     /* 2. A reservation made read-write in one call. */
     size_t rw_len = 24 * MIB;
