@@ -21,9 +21,10 @@
 //!   not measured at its present size yet gives nothing. The broker climbs the hill a step
 //!   at a time, as Cliffhanger does with shadow queues (Cidon et al., NSDI 2016), and a
 //!   donor that starts to refault wins its memory back at the next decision. The rate limit
-//!   bounds what one decision moves, and a donor gives at most an eighth of its budget in
-//!   one decision ([`DONOR_SHARE`]), so a loss estimate that was wrong costs a step or two,
-//!   which the next measurement corrects.
+//!   bounds what one decision moves, and in the exchange a donor gives at most an eighth of
+//!   its budget in one decision ([`DONOR_SHARE`]), so a loss estimate that was wrong costs at
+//!   most that eighth, which the next measurement corrects (fitting a smaller total or a
+//!   bound is not limited).
 //!
 //! Budgets change only by at least the hysteresis (except to fit the total or the bounds),
 //! and no decision leaves the sum of budgets above the total.
@@ -35,14 +36,15 @@ use crate::broker_error::BrokerError;
 use crate::claimant_key::ClaimantKey;
 use crate::utility_curve::UtilityCurve;
 
-/// A donor gives at most `1 / DONOR_SHARE` of its budget in one decision (rounded down to
-/// whole steps; at least the hysteresis, so that it can give at all). A curve that shows no
-/// refaults says nothing about data the program has not re-read yet: a guest reading its
-/// disk for the first time, or whose working set just fits, refaults nothing, and four
-/// identical TCG guests under one total lost 240M to 256M in one decision each on that
-/// evidence, then refaulted and climbed back by 32M a decision (47 changes in 150 s, 3.4x
-/// the page-ins of the kernel; `docs/benchmarks.md`, density with larger guests). Taken an
-/// eighth at a time, the next curve, measured at the smaller budget, shows the loss first.
+/// In the exchange, a donor gives at most `1 / DONOR_SHARE` of its budget (as the decision
+/// found it) in one decision, to all receivers together (rounded down to whole steps; at
+/// least the hysteresis, so that it can give at all). A curve that shows no refaults says
+/// nothing about data the program has not re-read yet: a guest reading its disk for the
+/// first time, or whose working set just fits, refaults nothing, and each of four identical
+/// TCG guests under one total lost 224M to 256M in one decision on that evidence, then
+/// refaulted and climbed back by 32M a decision (47 changes in one run, 3.4x the page-ins of
+/// the kernel; `docs/benchmarks.md`, density with larger guests). Taken an eighth at a time,
+/// the next curve, measured at the smaller budget, shows the loss first.
 pub const DONOR_SHARE: u64 = 8;
 
 /// How the total is divided.
@@ -684,8 +686,7 @@ mod tests {
         ];
         let a = partition(Mode::Utility, &limits(1024 * M), &cs).unwrap();
         // The free 256 MiB: 64 to the first (its knee), 192 to the second; then the idle
-        // third gives the second an eighth of its budget (all it has above its minimum over
-        // six decisions).
+        // third gives the second an eighth of its budget.
         assert_eq!(budgets(&a), vec![320, 480, 224]);
         assert!(
             matches!(a[0].reason, Reason::Gain { saved, toward } if saved == 400.0 && toward == 64 * M),
@@ -864,7 +865,6 @@ mod tests {
         assert!(a[1].to > 256 * M, "the neediest got some: {a:?}");
         // Four decisions in a row, each on the budgets the one before left: an eighth of
         // what is left each time.
-        let mut cs = cs;
         let mut idle = Vec::new();
         for _ in 0..4 {
             let a = partition(Mode::Utility, &limits(1792 * M), &cs).unwrap();

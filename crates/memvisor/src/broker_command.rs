@@ -32,8 +32,8 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "SIZE")]
     step: Option<String>,
     /// The most one decision moves (utility) or changes one budget or limit (static,
-    /// proportional). In utility mode a budget or limit also gives at most an eighth of
-    /// itself in one decision.
+    /// proportional). In utility mode a budget or limit also gives another at most an
+    /// eighth of itself in one decision (not when fitting a smaller total or a bound).
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     max_change: String,
     /// Changes smaller than this are not made (except to fit the total or a bound; default:

@@ -301,7 +301,13 @@ impl Relay {
                     let slow = slow.clone();
                     std::thread::spawn(move || {
                         let mut buf = vec![0u8; SLOW_STEP];
-                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => n,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                                Err(_) => break,
+                            };
                             if to.write_all(&buf[..n]).is_err() {
                                 break;
                             }
@@ -331,13 +337,14 @@ impl Relay {
     /// Takes the relay down (`true`: every connection through it is cut, new ones closed) or
     /// up again, at full speed.
     fn set_down(&self, down: bool) {
-        self.slow.store(false, std::sync::atomic::Ordering::Relaxed);
         self.down.store(down, std::sync::atomic::Ordering::Relaxed);
         if down {
             for s in self.live.lock().unwrap().drain(..) {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
+        // After the cut: a slow connection stays slow until it is cut.
+        self.slow.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
