@@ -55,7 +55,8 @@ impl JitRun {
 /// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
 /// back while the program calls the functions in them (and patches them, and replaces 1 MiB of
 /// them by a `MAP_FIXED` read-write-execute mapping, which stays managed); a reservation made
-/// read-write in one call is a `fixed` region; one made accessible in a small step first, by a
+/// read-write in one call is a `fixed` region (over which an executable `MAP_FIXED` is refused
+/// and a read-write one reads as zeros); one made accessible in a small step first, by a
 /// raw system call (and written), or touched by `pkey_mprotect` stays the kernel's and keeps
 /// its data. Every function's result and every page's pattern is
 /// checked before and after the status is read.
@@ -72,6 +73,7 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
             "guard=---p",
             "remapped-managed=1",
             "rw-managed=1",
+            "rw-exec-refused=1",
             "stepped-managed=0",
             "raw-managed=0",
             "pkey-managed=0"
@@ -110,6 +112,7 @@ fn with_reservations_off_nothing_reserved_is_managed() {
             "guard=---p",
             "remapped-managed=0",
             "rw-managed=0",
+            "rw-exec-refused=0",
             "stepped-managed=0",
             "raw-managed=0",
             "pkey-managed=0"

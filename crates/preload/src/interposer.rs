@@ -155,19 +155,13 @@ pub unsafe fn mmap(
             // managed range can be honoured (the range is discarded and reprotected), and
             // executable only over a code region (mapped executable already).
             let whole = n == 1 && over[0].0 == a && over[0].1 == page_round(len);
-            let exec_allowed = || prot & libc::PROT_EXEC == 0 || mp::is_code_region(over[0].2);
-            let result = if !(anonymous && private && whole && exec_allowed()) {
+            let result = if !(anonymous && private && whole) {
                 Err(libc::ENOMEM)
             } else {
                 match over[0].2 {
+                    None if prot & libc::PROT_EXEC != 0 => Err(libc::ENOMEM),
                     None => mp::arena_remap_fixed(a, page_round(len), prot),
-                    Some(slot) => mp::fixed_discard(slot, a, page_round(len)).and_then(|_| {
-                        // SAFETY: the range is managed memory the program owns.
-                        match unsafe { real::mprotect(addr, len, prot) } {
-                            0 => Ok(()),
-                            _ => Err(libc::ENOMEM),
-                        }
-                    }),
+                    Some(slot) => mp::fixed_remap_fixed(slot, a, page_round(len), prot),
                 }
             };
             return match result {

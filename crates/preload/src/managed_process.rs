@@ -850,9 +850,25 @@ pub fn fixed_unmap(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
     discard_on_worker(&mut p.fixed[i], addr, len)
 }
 
-/// Discards `[addr, addr + len)` of fixed region `slot` (`MAP_FIXED` over it).
-pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> {
-    fixed_advise(slot, addr, len, libc::MADV_REMOVE)
+/// `MAP_FIXED` of private anonymous memory over `[addr, addr + len)` of fixed region `slot`
+/// (the twin of [`arena_remap_fixed`]): the range reads as zeros and gets protection `prot`.
+/// Executable only over a code region (mapped executable already): `ENOMEM` otherwise, as
+/// any mapping over managed memory that cannot be honoured. The region's kind is checked
+/// and the range discarded under one hold of the state lock.
+pub fn fixed_remap_fixed(slot: usize, addr: usize, len: usize, prot: c_int) -> Result<(), c_int> {
+    {
+        let mut guard = lock();
+        let f = fixed_region(&mut guard, slot)?;
+        if prot & libc::PROT_EXEC != 0 && f.kind != FixedKind::Code {
+            return Err(libc::ENOMEM);
+        }
+        discard_on_worker(f, addr, len)?;
+    }
+    // SAFETY: the range is managed memory the program owns and asked to remap with `prot`.
+    if unsafe { crate::raw_calls::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+        return Err(libc::ENOMEM);
+    }
+    Ok(())
 }
 
 /// `madvise(advice)` of `[addr, addr + len)` of fixed region `slot`, as the kernel treats
@@ -863,12 +879,7 @@ pub fn fixed_discard(slot: usize, addr: usize, len: usize) -> Result<(), c_int> 
 /// private anonymous region: every discarding advice reads as zeros afterwards.
 pub fn fixed_advise(slot: usize, addr: usize, len: usize, advice: c_int) -> Result<(), c_int> {
     let mut guard = lock();
-    let p = guard.as_mut().ok_or(libc::EINVAL)?;
-    let f = p
-        .fixed
-        .iter_mut()
-        .find(|f| f.slot == slot)
-        .ok_or(libc::EINVAL)?;
+    let f = fixed_region(&mut guard, slot)?;
     if f.kind.is_guest_memory() {
         match advice {
             libc::MADV_REMOVE => {}
@@ -877,6 +888,20 @@ pub fn fixed_advise(slot: usize, addr: usize, len: usize, advice: c_int) -> Resu
         }
     }
     discard_on_worker(f, addr, len)
+}
+
+/// Fixed region `slot` of the state (held locked by the caller); `EINVAL` if there is none.
+fn fixed_region(
+    state: &mut Option<ManagedProcess>,
+    slot: usize,
+) -> Result<&mut FixedRegion, c_int> {
+    state
+        .as_mut()
+        .ok_or(libc::EINVAL)?
+        .fixed
+        .iter_mut()
+        .find(|f| f.slot == slot)
+        .ok_or(libc::EINVAL)
 }
 
 /// Discards `[addr, addr + len)` of fixed region `f` through the library's worker thread and
@@ -981,18 +1006,6 @@ pub fn guest_memory_regions() -> Vec<Arc<Region>> {
         .filter(|f| f.kind.is_guest_memory())
         .map(|f| f.region.clone())
         .collect()
-}
-
-/// Whether the managed range `slot` of [`managed_overlaps`] is a code region (mapped
-/// executable); `None`, the arena, is not.
-pub fn is_code_region(slot: Option<usize>) -> bool {
-    slot.is_some_and(|slot| {
-        lock().as_ref().is_some_and(|p| {
-            p.fixed
-                .iter()
-                .any(|f| f.slot == slot && f.kind == FixedKind::Code)
-        })
-    })
 }
 
 /// Whether any fixed region exists (lock-free).

@@ -10,6 +10,10 @@
  *                    mapping (as a JIT drops part of its cache), checked to read as zeros,
  *                    written and called again;
  *                 2. a reservation made read-write by one mprotect: written and checked;
+ *                    a MAP_FIXED read-write-execute mapping over its first half MiB
+ *                    (refused while it is managed, with ENOMEM and the data kept), then a
+ *                    read-write one (zeros; below --min-region, so never a region of its
+ *                    own), then written again;
  *                 3. a reservation made accessible in a small step first (an allocator
  *                    growing a heap), then by a large mprotect: the data written through
  *                    the small step is kept;
@@ -21,6 +25,7 @@
  *                 everything again and prints OK.
  * Every failure prints "FAIL: what" and exits 2. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +173,16 @@ int main(int argc, char **argv) {
     printf("rw-managed=%d\n", managed((uintptr_t)rw));
     fill_data(rw, rw_len, 11);
     check_data(rw, rw_len, 11, "read-write reservation");
+    void *x = mmap(rw, MIB / 2, PROT_READ | PROT_WRITE | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    printf("rw-exec-refused=%d\n", x == MAP_FAILED && errno == ENOMEM);
+    if (x == MAP_FAILED) check_data(rw, rw_len, 11, "read-write data after a refused MAP_FIXED");
+    if (mmap(rw, MIB / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+        (void *)rw)
+        fail("MAP_FIXED read-write over the read-write reservation");
+    for (size_t k = 0; k < MIB / 2 / 8; k++)
+        if (rw[k]) fail("the MAP_FIXED part of the read-write reservation does not read as zeros");
+    fill_data(rw, rw_len, 11);
 
     /* 3. A reservation used by a small step first: never taken for an empty one. */
     size_t heap_len = 32 * MIB;
