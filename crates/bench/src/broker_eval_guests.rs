@@ -129,6 +129,7 @@ impl GuestBrokerEvalConfig {
             budget: self.share() - INITIAL_IMAGE_CACHE,
             image_cache: INITIAL_IMAGE_CACHE,
             arena: None,
+            run_args: Vec::new(),
             broker,
         };
         match variant {

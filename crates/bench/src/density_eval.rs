@@ -143,6 +143,7 @@ fn run_one(spec: &RunSpec) -> Result<DensityRun, BenchError> {
                 budget,
                 image_cache,
                 arena: config.arena,
+                run_args: config.run_args.clone(),
                 broker: Some(FleetBroker {
                     total: config.memvisor_total(n),
                     args: config.broker_args.clone(),

@@ -97,6 +97,9 @@ pub struct DensityEvalConfig {
     /// Memvisor variant: more arguments of `memvisor broker`, after `--total` (`--broker-arg`,
     /// repeated; the broker checks them, and a run whose broker exits fails with its message).
     pub broker_args: Vec<String>,
+    /// Memvisor variant: more arguments of each `memvisor run`, before `--` (`--run-arg`,
+    /// repeated; `memvisor run` checks them).
+    pub run_args: Vec<String>,
     /// Repetitions (the variant order rotates).
     pub reps: usize,
     /// Run the kernel variant even if another swap area is active.
@@ -126,6 +129,7 @@ impl DensityEvalConfig {
             memvisor_allowance: 0,
             arena: None,
             broker_args: Vec::new(),
+            run_args: Vec::new(),
             reps: 2,
             allow_other_swap: false,
         };

@@ -162,7 +162,7 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
         s,
         "Density: the most identical guests ({} MiB RAM, a {} MiB disk each, {} reads of it{pace}, \
          verified) that each keep at least {:.0}% of their unconstrained throughput, under a \
-         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself{}){}.\n",
+         total of {} MiB (kernel: + {} MiB per QEMU for QEMU itself{}){}{}.\n",
         config.guest_mib,
         config.disk_mib,
         if config.uniform {
@@ -185,6 +185,11 @@ pub fn density_markdown(config: &DensityEvalConfig, runs: &[DensityRun]) -> Stri
             String::new()
         } else {
             format!("; memvisor broker {}", config.broker_args.join(" "))
+        },
+        if config.run_args.is_empty() {
+            String::new()
+        } else {
+            format!("; memvisor run {}", config.run_args.join(" "))
         }
     );
     let _ = writeln!(

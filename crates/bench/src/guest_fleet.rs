@@ -76,6 +76,8 @@ pub enum FleetMemory {
         image_cache: u64,
         /// `--arena`, if set.
         arena: Option<u64>,
+        /// More arguments of each `memvisor run` (before `--`).
+        run_args: Vec<String>,
         /// `memvisor broker --total TOTAL ARGS...` beside them, or fixed shares.
         broker: Option<FleetBroker>,
     },
@@ -434,6 +436,7 @@ pub fn run_fleet(spec: &FleetSpec) -> Result<FleetRun, BenchError> {
             budget,
             image_cache,
             arena,
+            run_args,
             ..
         } = &spec.memory
         {
@@ -445,6 +448,7 @@ pub fn run_fleet(spec: &FleetSpec) -> Result<FleetRun, BenchError> {
             if let Some(arena) = arena {
                 c.args(["--arena", &arena.to_string()]);
             }
+            c.args(run_args);
             c.arg("--swap-dir").arg(&swap_dir).arg("--");
         }
         c.arg(&qemu).args(&args);

@@ -50,12 +50,16 @@ pub const IMAGE_CACHE: &str = "MEMVISOR_IMAGE_CACHE";
 pub const MIGRATION_LISTEN: &str = "MEMVISOR_MIGRATION_LISTEN";
 /// Live migration destination: the shared key file peers must prove they hold.
 pub const MIGRATION_KEY: &str = "MEMVISOR_MIGRATION_KEY";
+/// The program's `malloc` as `memvisor run --malloc` chose it: `program` (default) or
+/// `jemalloc`, preloaded after the library, whose heap is then managed memory (the library
+/// refuses `fork`: a child would not have the heap).
+pub const MALLOC: &str = "MEMVISOR_MALLOC";
 /// Path of `libmemvisor_preload.so` (default: next to the `memvisor` binary).
 pub const PRELOAD_LIBRARY: &str = "MEMVISOR_PRELOAD";
 
 /// Every variable the preload library reads; removed from the program's environment at start
 /// unless children are managed.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     BUDGET,
     POLICY,
     SWAP_DIR,
@@ -73,5 +77,6 @@ pub const ALL: [&str; 18] = [
     HOST_CACHE,
     IMAGE_CACHE,
     MIGRATION_LISTEN,
+    MALLOC,
     MIGRATION_KEY,
 ];

@@ -5,6 +5,7 @@ mod broker_command;
 mod dedup_command;
 mod host_memory;
 mod migrate_command;
+mod program_malloc;
 mod run_command;
 mod scrub_command;
 mod seconds_arg;

@@ -17,6 +17,7 @@ use memvisor_control::{
 use memvisor_pager::Region;
 
 use crate::host_memory::mem_total_bytes;
+use crate::program_malloc::ProgramMalloc;
 use crate::swap_dir_check::{check_swap_dir, SwapRoom};
 
 /// File name of the preload library.
@@ -79,9 +80,20 @@ pub struct RunArgs {
     /// no limit. `memvisor set --image-cache` changes it while the program runs.
     #[arg(long, value_name = "SIZE|PCT")]
     image_cache: Option<String>,
-    /// Smallest anonymous mapping that is managed.
-    #[arg(long, value_name = "SIZE", default_value = "16M")]
-    min_region: String,
+    /// Smallest anonymous mapping that is managed [default: 16M; 2M with --malloc jemalloc,
+    /// and no less].
+    #[arg(long, value_name = "SIZE")]
+    min_region: Option<String>,
+    /// The program's `malloc`: `program` (what it links with) or `jemalloc`, preloaded after
+    /// memvisor's library (Debian's libjemalloc2), which maps the program's heap through the
+    /// `mmap` the library sees: the heap is then paged under the budget with the rest (glibc's
+    /// heap is not: it maps with calls the library cannot see). Managed memory is not
+    /// inherited by `fork`, so with jemalloc the library refuses `fork` (ENOMEM, and one line
+    /// on stderr; `vfork` and `posix_spawn` share the parent's memory and go through): a
+    /// program that forks (QEMU's `-daemonize`, `-netdev tap` scripts) must keep `program`.
+    #[arg(long, value_name = "M", default_value = "program",
+          value_parser = crate::program_malloc::NAMES)]
+    malloc: String,
     /// Chunk of every region: the unit the eviction policy ranks and pages out, and the most
     /// a page-in reads at once (plus one chunk read ahead). A multiple of 4K, at most 64M.
     /// Residency and the budget are counted in pages: a page-in reads the faulting page alone
@@ -256,6 +268,8 @@ struct Plan {
     min_region: u64,
     arena: u64,
     library: PathBuf,
+    /// `--malloc`'s library, preloaded after memvisor's.
+    malloc_library: Option<PathBuf>,
     control_dir: PathBuf,
     /// Live migration destination: address and key file (absolute).
     migration_in: Option<(std::net::SocketAddr, PathBuf)>,
@@ -336,11 +350,17 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             Some(bytes)
         }
     };
-    let min_region = parse_size("min-region", &args.min_region)?.resolve(ram);
+    let malloc = ProgramMalloc::from_name(&args.malloc);
+    let min_region_text = args
+        .min_region
+        .clone()
+        .unwrap_or_else(|| malloc.default_min_region().to_string());
+    let min_region = parse_size("min-region", &min_region_text)?.resolve(ram);
+    malloc.check_min_region(&min_region_text, min_region)?;
     if min_region < 4096 {
         return Err(RunError::Value {
             arg: "min-region",
-            given: args.min_region.clone(),
+            given: min_region_text,
             reason: "must be at least one page (4K)".into(),
         });
     }
@@ -402,6 +422,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
     };
     Region::check_supported().map_err(|e| RunError::Userfaultfd(e.to_string()))?;
     let library = preload_library()?;
+    let malloc_library = malloc.library()?;
     let control_dir = socket_dir::default_control_dir();
     socket_dir::prepare_control_dir(&control_dir)?;
     Ok(Plan {
@@ -412,6 +433,7 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         min_region,
         arena,
         library,
+        malloc_library,
         control_dir,
         migration_in,
         host_cache,
@@ -524,6 +546,10 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         eprintln!("memvisor: warning: {warning}");
     }
     let mut preload = plan.library.as_os_str().to_owned();
+    if let Some(malloc) = &plan.malloc_library {
+        preload.push(":");
+        preload.push(malloc);
+    }
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
         preload.push(old);
@@ -543,6 +569,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
         .env(launch_env::RESERVATIONS, &args.reservations)
         .env(launch_env::HOST_CACHE, plan.host_cache.name())
         .env(launch_env::MIN_REGION, plan.min_region.to_string())
+        .env(launch_env::MALLOC, &args.malloc)
         .env(launch_env::ARENA_SIZE, plan.arena.to_string())
         .env(launch_env::CONTROL_DIR, &plan.control_dir)
         .env(launch_env::PRELOAD_LIBRARY, &plan.library);

@@ -339,6 +339,21 @@ fn bad_input_is_refused_before_the_program_starts() {
             vec![
                 "--swap-dir",
                 &swap,
+                "--malloc",
+                "jemalloc",
+                "--min-region",
+                "1M",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+            "--min-region 1M: at least 2M with --malloc jemalloc",
+        ),
+        (
+            vec![
+                "--swap-dir",
+                &swap,
                 "--budget",
                 "100T",
                 "--",
@@ -504,6 +519,66 @@ fn bad_input_is_refused_before_the_program_starts() {
         stderr(&o)
     );
     assert!(!marker.exists());
+}
+
+/// With `--malloc jemalloc` the program's heap is managed memory, which a forked child would
+/// not have: the library refuses `fork` (ENOMEM) and says why, once; the shell's own work
+/// (its heap in the arena) goes on. With the program's own `malloc` the same shell forks.
+#[test]
+fn a_fork_is_refused_while_the_heap_is_managed() {
+    if !userfaultfd_usable() {
+        return;
+    }
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "libjemalloc2 missing: scripts/install installs it"
+        );
+        eprintln!("SKIPPED: libjemalloc2 is not installed");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let ctl = t.path().join("ctl");
+    let swap = t.path().to_str().unwrap().to_string();
+    // A subshell is a forked child (dash runs a plain command through vfork, which shares the
+    // parent's memory and is let through).
+    let script = "(echo forked); /bin/true; echo done";
+    let run = |malloc: &str| {
+        memvisor(&ctl)
+            .args([
+                "run",
+                "--budget",
+                "64M",
+                "--swap-dir",
+                &swap,
+                "--malloc",
+                malloc,
+            ])
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let o = run("jemalloc");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(
+        !out.contains("forked") && !o.status.success(),
+        "{out}\n{err}"
+    );
+    assert_eq!(
+        err.matches("memvisor-preload: fork refused (ENOMEM)")
+            .count(),
+        1,
+        "{err}"
+    );
+    let o = run("program");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("forked") && out.contains("done"),
+        "{out}\n{err}"
+    );
+    assert!(!err.contains("fork refused"), "{err}");
 }
 
 /// A user without userfaultfd permission (uid 65534, vm.unprivileged_userfaultfd=0) gets one

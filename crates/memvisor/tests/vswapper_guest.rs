@@ -83,22 +83,6 @@ fn run_guest(image: &GuestImage, config: &GuestConfig, budget: &str, mapper: boo
     MapperRun { run, guest, secs }
 }
 
-/// The guest read every block of every pass and verified it.
-fn check_verified(run: &GuestRun, passes: usize, bytes: u64) {
-    let done = run.done().expect("done line");
-    assert!(
-        done.ok && done.errors == 0,
-        "{done:?}\n{}",
-        run.console_tail(20)
-    );
-    let phases: Vec<_> = run.disk_phases().collect();
-    assert_eq!(phases.len(), passes, "{}", run.console_tail(20));
-    for p in phases {
-        assert!(p.verified && p.ok && p.errors == 0, "{p:?}");
-        assert_eq!(p.bytes, bytes, "{p:?}");
-    }
-}
-
 fn summary(what: &str, r: &MapperRun) -> String {
     let g = &r.guest;
     let phases: Vec<String> = r
@@ -149,13 +133,9 @@ fn a_guest_reading_its_disk_twice_verifies_with_the_swap_mapper() {
         .timeout(Duration::from_secs(240));
     let on = run_guest(&image, &config, "128M", true);
     eprintln!("{}", summary("mapper on", &on));
-    check_verified(&on.run, 2, 256 * MIB);
+    check_disk_passes_verified(&on.run, 2, 256 * MIB);
     let g = &on.guest;
-    assert_eq!(
-        g.read_errors + g.write_errors + g.poisoned_chunks,
-        0,
-        "{g:?}"
-    );
+    assert_region_error_free(g);
     assert!(
         g.swap_write_bytes_avoided >= 64 * MIB,
         "too few swap writes avoided: {g:?}"
@@ -192,13 +172,9 @@ fn guests_with_io_uring_and_native_aio_verify_with_the_swap_mapper_on() {
             .timeout(Duration::from_secs(240));
         let r = run_guest(&image, &config, "128M", true);
         eprintln!("{}", summary(drive.aio.as_str(), &r));
-        check_verified(&r.run, 2, 256 * MIB);
+        check_disk_passes_verified(&r.run, 2, 256 * MIB);
         let g = &r.guest;
-        assert_eq!(
-            g.read_errors + g.write_errors + g.poisoned_chunks,
-            0,
-            "{g:?}"
-        );
+        assert_region_error_free(g);
         assert_eq!(g.image_read_bytes, 0, "{:?}: {g:?}", drive.aio);
         assert!(
             g.bytes_written > 0,
@@ -227,13 +203,9 @@ fn a_guest_reading_its_disk_with_direct_io_verifies() {
         .timeout(Duration::from_secs(240));
     let r = run_guest(&image, &config, "128M", true);
     eprintln!("{}", summary("threads, cache=none", &r));
-    check_verified(&r.run, 2, 256 * MIB);
+    check_disk_passes_verified(&r.run, 2, 256 * MIB);
     let g = &r.guest;
-    assert_eq!(
-        g.read_errors + g.write_errors + g.poisoned_chunks,
-        0,
-        "{g:?}"
-    );
+    assert_region_error_free(g);
     // Paged: memory left under the budget (dropped as image blocks, the guest's own memory
     // kept while they were as cold), and the pinned reads' chunks with it.
     assert!(
@@ -272,11 +244,7 @@ fn free_page_reporting_discards_through_the_pager() {
         g.resident_bytes / MIB,
         g.bytes_written / MIB
     );
-    assert_eq!(
-        g.read_errors + g.write_errors + g.poisoned_chunks,
-        0,
-        "{g:?}"
-    );
+    assert_region_error_free(g);
     assert!(g.discards > 0, "no discard reached the pager: {g:?}");
     // The 256 MiB the guest freed no longer sit in swap.
     assert!(g.swapped_bytes < 128 * MIB, "{g:?}");
@@ -356,11 +324,7 @@ fn balloon_inflation_discards_through_the_pager() {
         g.swapped_bytes / MIB,
         g.resident_bytes / MIB
     );
-    assert_eq!(
-        g.read_errors + g.write_errors + g.poisoned_chunks,
-        0,
-        "{g:?}"
-    );
+    assert_region_error_free(g);
     assert!(g.discards > 0, "no discard reached the pager: {g:?}");
 }
 
@@ -392,7 +356,7 @@ fn measure() {
         };
         for mapper in order {
             let r = run_guest(&image, &config, "192M", mapper);
-            check_verified(&r.run, 2, 512 * MIB);
+            check_disk_passes_verified(&r.run, 2, 512 * MIB);
             eprintln!(
                 "{}",
                 summary(if mapper { "mapper on " } else { "mapper off" }, &r)

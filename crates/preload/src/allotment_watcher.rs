@@ -1,8 +1,9 @@
-//! The allotment watcher: a library thread, started with the first region whose claim on the
-//! budget moves as the program uses it (a code region), that checks code regions' allotments
-//! and rebalances the split when one changed ([`managed_process::check_code_allotments`],
-//! every [`ALLOTMENT_CHECK_PERIOD`]). Nothing else would: the other claims change only at calls
-//! the library sees (`mmap`, `munmap`, a new budget), a code region's as its handler pages.
+//! The allotment watcher: a library thread, started with the first fixed region (QEMU's guest
+//! RAM or code buffer), that checks the allotments of code regions and of the arena when it
+//! holds the program's heap, and rebalances the split when one changed
+//! ([`managed_process::check_claims`], every [`ALLOTMENT_CHECK_PERIOD`]). Nothing else would:
+//! the other claims change only at calls the library sees (`mmap`, `munmap`, a new budget),
+//! an allotment as its region's handler pages.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,7 +15,7 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// credential changes.
 fn watcher_start() {
     crate::shim_guard::ShimGuard::enter_forever();
-    crate::credential_mirror::prepare_library_thread();
+    crate::library_init::prepare_library_thread();
 }
 
 /// Starts the watcher once (later calls do nothing). If the thread cannot start, says so once:
@@ -28,7 +29,7 @@ pub fn start() {
         loop {
             std::thread::sleep(ALLOTMENT_CHECK_PERIOD);
             let now = std::time::Instant::now();
-            managed_process::check_code_allotments((now - last).as_secs_f64());
+            managed_process::check_claims((now - last).as_secs_f64());
             last = now;
         }
     });

@@ -1,5 +1,6 @@
 //! The C symbols this library interposes: `mmap`, `mmap64`, `munmap`, `madvise`, `mprotect`,
-//! `pkey_mprotect`, `mremap`, each forwarded to [`interposer`](crate::interposer); and the
+//! `pkey_mprotect`, `mremap`, each forwarded to [`interposer`](crate::interposer); `fork` and
+//! `_Fork`, refused while the program's heap is managed; and the
 //! credential changes (`setuid`, `setresgid`, `setgroups` and the rest), which first let the
 //! library's threads take the caller's capabilities
 //! ([`credential_mirror`](crate::credential_mirror)) and then call glibc's.
@@ -142,6 +143,70 @@ macro_rules! next_symbol {
             Some(unsafe { std::mem::transmute::<usize, $ty>(addr) })
         }
     }};
+}
+
+/// Refuses a `fork` while the program's heap is managed memory (`memvisor run --malloc
+/// jemalloc`): managed memory is not inherited (`MADV_DONTFORK`), so the child would lack
+/// its heap, even the strings of an `exec` it would make, and the fork itself could wait
+/// forever (jemalloc's fork handler locks arenas whose pages the pager may have evicted,
+/// after the library's heap lock is taken). `None` lets the fork go ahead. Says so once.
+fn fork_refused() -> Option<libc::pid_t> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !(crate::managed_process::ACTIVE.load(Ordering::Acquire)
+        && crate::managed_process::HEAP_MANAGED.load(Ordering::Acquire))
+    {
+        return None;
+    }
+    if !SAID.swap(true, Ordering::AcqRel) {
+        eprintln!(
+            "memvisor-preload: fork refused (ENOMEM): the program's heap is paged by memvisor \
+             (memvisor run --malloc jemalloc) and a child would not have it; run with \
+             --malloc program to fork"
+        );
+    }
+    crate::raw_calls::set_errno(libc::ENOMEM);
+    Some(-1)
+}
+
+/// `fork(2)`: refused while the program's heap is managed ([`fork_refused`]), else glibc's.
+///
+/// # Safety
+///
+/// As `fork(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    if let Some(r) = fork_refused() {
+        return r;
+    }
+    match next_symbol!(fork, unsafe extern "C" fn() -> libc::pid_t) {
+        // SAFETY: glibc's fork, called as the program called it.
+        Some(real) => unsafe { real() },
+        None => {
+            crate::raw_calls::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
+/// `_Fork` (glibc 2.34: a fork without the fork handlers): refused likewise, else glibc's.
+///
+/// # Safety
+///
+/// As `_Fork`.
+#[no_mangle]
+pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+    if let Some(r) = fork_refused() {
+        return r;
+    }
+    match next_symbol!(_Fork, unsafe extern "C" fn() -> libc::pid_t) {
+        // SAFETY: glibc's _Fork, called as the program called it.
+        Some(real) => unsafe { real() },
+        None => {
+            crate::raw_calls::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
 }
 
 /// Defines a credential-changing entry point: the library's threads first take the caller's

@@ -8,7 +8,7 @@ use libc::{c_int, c_void, off_t, size_t};
 use crate::managed_process::{self as mp, FixedKind, ACTIVE, MIN_REGION};
 use crate::raw_calls::{self as real, set_errno};
 use crate::reservations::{Claim, Reservations};
-use crate::shim_guard::{is_pager_thread, ShimGuard};
+use crate::shim_guard::{gets_no_managed_memory, ShimGuard};
 
 /// The program's untouched `PROT_NONE` reservations (see [`crate::reservations`]).
 static RESERVATIONS: Reservations = Reservations::new();
@@ -140,7 +140,7 @@ pub unsafe fn mmap(
         && !fixed
         && len >= MIN_REGION.load(Ordering::Acquire)
         && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0
-        && !is_pager_thread()
+        && !gets_no_managed_memory()
     {
         let p = pass();
         if p != libc::MAP_FAILED {
@@ -181,7 +181,7 @@ pub unsafe fn mmap(
         || prot != libc::PROT_READ | libc::PROT_WRITE
         || flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) != 0
         || flags & libc::MAP_FIXED_NOREPLACE != 0
-        || is_pager_thread()
+        || gets_no_managed_memory()
     {
         return pass();
     }
@@ -384,7 +384,7 @@ pub unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     if claim == Claim::Untouched
         && (prot == rw || prot == rw | libc::PROT_EXEC)
         && len >= MIN_REGION.load(Ordering::Acquire)
-        && !is_pager_thread()
+        && !gets_no_managed_memory()
     {
         if let Some(_guard) = ShimGuard::enter() {
             if mp::reserved_map(a, len, prot) {

@@ -67,6 +67,7 @@ pub mod image_entry_points;
 pub mod image_io;
 mod interposer;
 mod library_init;
+mod library_malloc_arena;
 pub mod managed_process;
 mod migration_service;
 mod pager_worker;

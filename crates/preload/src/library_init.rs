@@ -161,7 +161,7 @@ extern "C" fn library_start() {
     }
     let control_dir = config.control_dir.clone();
     let migration_in = config.migration_listen.zip(config.migration_key.clone());
-    memvisor_pager::set_thread_start_hook(credential_mirror::prepare_library_thread);
+    memvisor_pager::set_thread_start_hook(prepare_library_thread);
     if let Err(e) = managed_process::start(config, program_name()) {
         fail(&e.to_string());
     }
@@ -193,6 +193,16 @@ extern "C" fn library_start() {
 /// program's credential changes.
 fn control_thread_start() {
     ShimGuard::enter_forever();
+    prepare_library_thread();
+}
+
+/// Run first by every thread the library starts (the pager's through its start hook): no
+/// mapping it makes is managed, it allocates from the library's own jemalloc arena where the
+/// program's `malloc` is jemalloc (`library_malloc_arena`), and it follows the program's
+/// credential changes.
+pub(crate) fn prepare_library_thread() {
+    crate::shim_guard::mark_library_thread();
+    crate::library_malloc_arena::use_library_arena();
     credential_mirror::prepare_library_thread();
 }
 

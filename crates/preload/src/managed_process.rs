@@ -106,13 +106,11 @@ impl FixedKind {
     pub fn is_guest_memory(self) -> bool {
         matches!(self, Self::GuestMemfd | Self::GuestFile)
     }
-
-    /// Whether the region's claim on the budget changes as the program uses it (and is
-    /// checked every [`ALLOTMENT_CHECK_PERIOD`]).
-    fn claim_moves(self) -> bool {
-        self == Self::Code
-    }
 }
+
+/// Whether the program's heap is managed memory (`memvisor run --malloc jemalloc`): `fork` is
+/// then refused (`entry_points::fork`).
+pub static HEAP_MANAGED: AtomicBool = AtomicBool::new(false);
 
 /// How often code regions' allotments are checked (while one exists).
 pub const ALLOTMENT_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
@@ -143,6 +141,11 @@ pub struct ManagedProcess {
     fixed: Vec<FixedRegion>,
     unmanaged: u64,
     warned_unmanaged: bool,
+    /// The arena's allotment when it holds the program's heap (`memvisor run --malloc
+    /// jemalloc`), set by its page-in rate as a code region's: a heap's hot part is small
+    /// beside what it mapped (jemalloc maps ahead and keeps what the program frees: 130 MiB
+    /// mapped, 10 MiB in use), and in proportion to what it used it thrashed.
+    arena_allotment: Option<CodeAllotment>,
 }
 
 fn now_ms() -> u64 {
@@ -300,12 +303,16 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     MIN_REGION.store(config.min_region, Ordering::Release);
     SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
     RESERVATIONS.store(config.reservations, Ordering::Release);
+    HEAP_MANAGED.store(config.heap_managed, Ordering::Release);
     EXCLUSIVE_HOST_CACHE.store(
         config.host_cache == memvisor_pager::HostCache::Exclusive,
         Ordering::Release,
     );
     crate::image_io::set_default_cache_limit(config.image_cache);
     PROGRAM_IS_QEMU.store(is_qemu(&program), Ordering::Release);
+    let arena_allotment = config
+        .heap_managed
+        .then(|| CodeAllotment::new(config.budget, config.chunk_size));
     let state = ManagedProcess {
         budget: config.budget,
         policy: config.policy.clone(),
@@ -316,6 +323,7 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
         fixed: Vec::new(),
         unmanaged: 0,
         warned_unmanaged: false,
+        arena_allotment,
     };
     *lock() = Some(state);
     ACTIVE.store(true, Ordering::Release);
@@ -347,15 +355,20 @@ impl ManagedProcess {
         }
     }
 
-    /// Weight of the arena in the budget split.
-    fn arena_weight(&self) -> usize {
-        self.arena.mapped_bytes().max(self.config.chunk_size)
+    /// The arena's claim on the budget: its allotment when it holds the program's heap
+    /// (`memvisor run --malloc jemalloc`) beside other regions (QEMU's guest RAM), else its
+    /// weight, the bytes mapped in it (alone, it gets the whole budget).
+    fn arena_claim(&self) -> Claim {
+        match &self.arena_allotment {
+            Some(a) if !self.fixed.is_empty() => Claim::Allotment(a.bytes()),
+            _ => Claim::Weighted(self.arena.mapped_bytes().max(self.config.chunk_size)),
+        }
     }
 
     /// The claim of a fixed region on the budget.
     fn claim(&self, f: &FixedRegion) -> Claim {
         match &f.code {
-            Some(a) => Claim::Code(a.bytes()),
+            Some(a) => Claim::Allotment(a.bytes()),
             None => Claim::Weighted(f.region.len()),
         }
     }
@@ -371,7 +384,7 @@ impl ManagedProcess {
         let (arena_budget, budgets) = split_budget(
             self.budget,
             self.config.chunk_size,
-            self.arena_weight(),
+            self.arena_claim(),
             &claims,
         );
         let mut jobs: Vec<(RegionRef, usize)> = Vec::new();
@@ -669,10 +682,10 @@ pub fn fixed_map(
     let code = (kind == FixedKind::Code).then(|| CodeAllotment::new(p.budget, p.config.chunk_size));
     let mut claims = p.claims();
     claims.push(match &code {
-        Some(a) => Claim::Code(a.bytes()),
+        Some(a) => Claim::Allotment(a.bytes()),
         None => Claim::Weighted(len),
     });
-    let (_, budgets) = split_budget(p.budget, p.config.chunk_size, p.arena_weight(), &claims);
+    let (_, budgets) = split_budget(p.budget, p.config.chunk_size, p.arena_claim(), &claims);
     let budget = budgets.last().copied().unwrap_or(p.config.chunk_size);
     let mut cfg = RegionConfig::new(len, budget, &p.config.swap_dir)
         .policy(p.policy.clone())
@@ -721,6 +734,9 @@ pub fn fixed_map(
     if let Err(e) = p.rebalance() {
         eprintln!("memvisor-preload: rebalancing budgets: {e}");
     }
+    drop(guard);
+    // Code allotments and the arena's (with the program's heap in it) move as it runs.
+    crate::allotment_watcher::start();
     Some(start)
 }
 
@@ -783,16 +799,13 @@ pub fn reserved_map(addr: usize, len: usize, prot: c_int) -> bool {
             return false;
         }
     }
-    if kind.claim_moves() {
-        crate::allotment_watcher::start();
-    }
     true
 }
 
-/// Checks every code region's allotment against its page-in rate over the last `secs`
-/// seconds, and rebalances the budget split if one changed. Run every
-/// [`ALLOTMENT_CHECK_PERIOD`] by the allotment watcher.
-pub fn check_code_allotments(secs: f64) {
+/// Checks every code region's allotment, and the arena's if it has one, against its page-in
+/// rate over the last `secs` seconds, and rebalances the budget split if one changed. Run
+/// every [`ALLOTMENT_CHECK_PERIOD`] by the allotment watcher.
+pub fn check_claims(secs: f64) {
     let mut guard = lock();
     let Some(p) = guard.as_mut() else {
         return;
@@ -805,6 +818,11 @@ pub fn check_code_allotments(secs: f64) {
             let used = (s.resident_chunks + s.swapped_chunks) as usize * cs;
             changed |= a.check(s.page_ins, secs, used, budget, cs);
         }
+    }
+    if let (Some(a), Some(r)) = (&mut p.arena_allotment, arena_region()) {
+        let s = r.stats();
+        let used = (s.resident_chunks + s.swapped_chunks) as usize * cs;
+        changed |= a.check(s.page_ins, secs, used, budget, cs);
     }
     if changed {
         if let Err(e) = p.rebalance() {

@@ -37,7 +37,7 @@ static DESTINATION: OnceLock<Arc<MigrationProgress>> = OnceLock::new();
 /// credential changes (as the control threads).
 fn thread_start() {
     crate::shim_guard::ShimGuard::enter_forever();
-    crate::credential_mirror::prepare_library_thread();
+    crate::library_init::prepare_library_thread();
 }
 
 /// Carries out a control-socket migration command.

@@ -31,7 +31,7 @@ static FINISHED: Condvar = Condvar::new();
 /// credential changes.
 fn worker_start() {
     crate::shim_guard::ShimGuard::enter_forever();
-    crate::credential_mirror::prepare_library_thread();
+    crate::library_init::prepare_library_thread();
 }
 
 /// Starts the worker thread (returns once it has started).

@@ -48,6 +48,9 @@ pub struct PreloadConfig {
     /// Whether reservations made accessible by one `mprotect` become regions
     /// ([`reservations`](crate::reservations)).
     pub reservations: bool,
+    /// Whether the program's heap is managed memory (`memvisor run --malloc jemalloc`): then
+    /// `fork` is refused, since a child would not have the heap.
+    pub heap_managed: bool,
     /// What happens to the host page cache of disk images read into guest RAM
     /// ([`image_io`](crate::image_io), `memvisor_pager::host_cache`).
     pub host_cache: HostCache,
@@ -163,6 +166,17 @@ impl PreloadConfig {
         };
         let swap_mapper = on_off(&get, launch_env::SWAP_MAPPER)?;
         let reservations = on_off(&get, launch_env::RESERVATIONS)?;
+        let heap_managed = match get(launch_env::MALLOC).as_deref() {
+            None | Some("program") => false,
+            Some("jemalloc") => true,
+            Some(v) => {
+                return Err(PreloadError::Env {
+                    name: launch_env::MALLOC,
+                    value: v.to_string(),
+                    reason: "expected program or jemalloc".into(),
+                })
+            }
+        };
         let cpu_wake_latency = on_off(&get, launch_env::CPU_WAKE_LATENCY)?;
         let host_cache = match get(launch_env::HOST_CACHE) {
             None => HostCache::default(),
@@ -229,6 +243,7 @@ impl PreloadConfig {
             on_swap_full,
             swap_mapper,
             reservations,
+            heap_managed,
             host_cache,
             image_cache,
             migration_listen,
@@ -295,6 +310,20 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_malloc_is_refused_by_name() {
+        let e = read(&[
+            (launch_env::BUDGET, "67108864"),
+            (launch_env::MALLOC, "tcmalloc"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("MEMVISOR_MALLOC") && e.contains("tcmalloc"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn inactive_without_budget() {
         assert!(read(&[]).unwrap().is_none());
     }
@@ -317,9 +346,11 @@ mod tests {
             (launch_env::CPU_WAKE_LATENCY, "off"),
             (launch_env::IMAGE_CACHE, "67108864"),
             (launch_env::HOST_CACHE, "exclusive"),
+            (launch_env::MALLOC, "jemalloc"),
         ])
         .unwrap()
         .unwrap();
+        assert!(c.heap_managed);
         assert!(!c.swap_mapper);
         assert!(!c.reservations);
         assert!(!c.cpu_wake_latency);
@@ -343,6 +374,7 @@ mod tests {
         assert_eq!(c.on_swap_full, OnSwapFull::Overrun);
         assert!(c.swap_mapper);
         assert!(c.reservations);
+        assert!(!c.heap_managed);
         assert!(c.cpu_wake_latency);
         assert_eq!(c.host_cache, HostCache::Default);
         assert_eq!(c.image_cache, None);

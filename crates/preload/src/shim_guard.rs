@@ -14,6 +14,8 @@ thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
     /// 0 unknown, 1 a pager thread, 2 not.
     static PAGER_THREAD: Cell<u8> = const { Cell::new(0) };
+    /// A thread the library started (see [`mark_library_thread`]).
+    static LIBRARY_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks the current thread as inside the library until dropped.
@@ -43,6 +45,21 @@ impl Drop for ShimGuard {
     fn drop(&mut self) {
         INSIDE.with(|i| i.set(false));
     }
+}
+
+/// Marks the current thread as one the library started (fault handlers, writers, readahead,
+/// control and migration threads): no mapping it makes is managed, whatever it maps through
+/// (glibc's internal use of the program's `malloc`, jemalloc's arena of the library's threads
+/// in `library_malloc_arena`).
+pub fn mark_library_thread() {
+    LIBRARY_THREAD.with(|l| l.set(true));
+}
+
+/// Whether a mapping the current thread makes must stay the kernel's: a pager thread's, or
+/// one of a thread the library started. A thread given managed memory that it pages itself,
+/// or that the program's allocator shares with a fault handler, could wait for itself.
+pub fn gets_no_managed_memory() -> bool {
+    LIBRARY_THREAD.with(|l| l.get()) || is_pager_thread()
 }
 
 /// Whether the current thread is one of the pager's fault-handler threads.

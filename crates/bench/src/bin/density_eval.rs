@@ -78,6 +78,10 @@ struct Cli {
     /// several (`--broker-arg=--hysteresis --broker-arg=8M`).
     #[arg(long = "broker-arg", value_name = "ARG", allow_hyphen_values = true)]
     broker_arg: Vec<String>,
+    /// Memvisor variant: one more argument of each `memvisor run` before `--`; repeat it for
+    /// several (`--run-arg=--malloc --run-arg=jemalloc`).
+    #[arg(long = "run-arg", value_name = "ARG", allow_hyphen_values = true)]
+    run_arg: Vec<String>,
     /// Repetitions (the variant order rotates) [default: 2; quick 1].
     #[arg(long, allow_hyphen_values = true)]
     reps: Option<String>,
@@ -150,6 +154,7 @@ fn config(cli: &Cli) -> Result<DensityEvalConfig, BenchError> {
     }
     c.allow_other_swap = cli.allow_other_swap;
     c.broker_args = cli.broker_arg.clone();
+    c.run_args = cli.run_arg.clone();
     c.fill = cli.fill;
     c.uniform = cli.uniform;
     c.validate()?;

@@ -354,3 +354,28 @@ pub fn expect_ok_exit(child: Child, mut out: std::io::BufReader<std::process::Ch
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The guest read `passes` disk passes of `bytes` each and verified every block of them.
+pub fn check_disk_passes_verified(run: &memvisor_testvm::GuestRun, passes: usize, bytes: u64) {
+    let done = run.done().expect("done line");
+    assert!(
+        done.ok && done.errors == 0,
+        "{done:?}\n{}",
+        run.console_tail(20)
+    );
+    let phases: Vec<_> = run.disk_phases().collect();
+    assert_eq!(phases.len(), passes, "{}", run.console_tail(20));
+    for p in phases {
+        assert!(p.verified && p.ok && p.errors == 0, "{p:?}");
+        assert_eq!(p.bytes, bytes, "{p:?}");
+    }
+}
+
+/// A region that never failed a read or a write and poisoned no chunk.
+pub fn assert_region_error_free(r: &memvisor_control::RegionStatus) {
+    assert_eq!(
+        r.read_errors + r.write_errors + r.poisoned_chunks,
+        0,
+        "{r:?}"
+    );
+}
