@@ -19,14 +19,9 @@ use crate::run_command::RunError;
 /// The names `--malloc` accepts.
 pub const NAMES: [&str; 2] = ["program", "jemalloc"];
 
-/// Where Debian and other distributions install jemalloc's shared library.
-const JEMALLOC_DIRS: [&str; 5] = [
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/local/lib",
-];
+/// Where distributions install jemalloc's shared library, after Debian's multiarch directory
+/// of this machine's architecture (`/usr/lib/x86_64-linux-gnu`).
+const JEMALLOC_DIRS: [&str; 3] = ["/usr/lib64", "/usr/lib", "/usr/local/lib"];
 const JEMALLOC_FILE: &str = "libjemalloc.so.2";
 /// The smallest `--min-region` with jemalloc.
 pub const MIN_REGION_WITH_JEMALLOC: u64 = 2 << 20;
@@ -74,9 +69,13 @@ impl ProgramMalloc {
         }
     }
 
-    /// [`library_in`](Self::library_in) the usual library directories.
+    /// [`library_in`](Self::library_in) the usual library directories. (If the loader skips
+    /// the file found, the library sees no jemalloc and manages nothing more than without it.)
     pub fn library(self) -> Result<Option<PathBuf>, RunError> {
-        let dirs: Vec<&Path> = JEMALLOC_DIRS.iter().map(Path::new).collect();
+        let multiarch = PathBuf::from(format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH));
+        let dirs: Vec<&Path> = std::iter::once(multiarch.as_path())
+            .chain(JEMALLOC_DIRS.iter().map(Path::new))
+            .collect();
         self.library_in(&dirs)
     }
 

@@ -522,8 +522,8 @@ fn bad_input_is_refused_before_the_program_starts() {
 }
 
 /// With `--malloc jemalloc` the program's heap is managed memory, which a forked child would
-/// not have: the library refuses `fork` (ENOMEM) and says why, once; the shell's own work
-/// (its heap in the arena) goes on. With the program's own `malloc` the same shell forks.
+/// not have: the library refuses `fork` (ENOMEM) and says why, once (dash then stops with
+/// "Cannot fork"). With the program's own `malloc` the same shell forks.
 #[test]
 fn a_fork_is_refused_while_the_heap_is_managed() {
     if !userfaultfd_usable() {

@@ -9,7 +9,11 @@
 //! be handed a block in a page it has evicted itself, and wait for itself. An arena used only
 //! by the library's threads is mapped only by them, and no mapping a library thread makes is
 //! managed (`shim_guard::gets_no_managed_memory`): the library's threads never touch managed
-//! memory through `malloc`.
+//! memory through `malloc` once bound. Before that, a thread's first `mallctl` sets up its
+//! jemalloc state, whose thread-cache array comes from arena 0 (the program's), and jemalloc's
+//! own metadata blocks that program threads map are managed like the rest: a library thread
+//! can still touch program memory there, served by the arena's handler, whose threads start
+//! before anything is managed (`crates/preload/README.md`, known gaps).
 //!
 //! jemalloc is recognised by its `mallctl` entry point; any other `malloc` (glibc's, whose
 //! mappings the library cannot see and never manages) needs nothing.
@@ -34,6 +38,11 @@ fn find_mallctl() -> Option<Mallctl> {
     // SAFETY: a symbol named `mallctl` in a process whose allocator is jemalloc is jemalloc's
     // control entry point, whose C signature `Mallctl` spells out.
     Some(unsafe { std::mem::transmute::<*mut c_void, Mallctl>(f) })
+}
+
+/// Whether the program's `malloc` is jemalloc (its `mallctl` is there).
+pub fn program_malloc_is_jemalloc() -> bool {
+    find_mallctl().is_some()
 }
 
 /// Creates the library's arena (`arenas.create`), returning its index.
@@ -109,6 +118,7 @@ mod tests {
     #[test]
     fn without_jemalloc_nothing_is_bound() {
         assert!(find_mallctl().is_none());
+        assert!(!program_malloc_is_jemalloc());
         use_library_arena();
         assert!(!has_library_arena());
     }

@@ -303,16 +303,19 @@ pub fn start(config: PreloadConfig, program: String) -> Result<(), PreloadError>
     MIN_REGION.store(config.min_region, Ordering::Release);
     SWAP_MAPPER.store(config.swap_mapper, Ordering::Release);
     RESERVATIONS.store(config.reservations, Ordering::Release);
-    HEAP_MANAGED.store(config.heap_managed, Ordering::Release);
+    // Only if jemalloc is the program's `malloc` indeed (the loader may have skipped the
+    // library `memvisor run` preloaded).
+    let heap_managed =
+        config.heap_managed && crate::library_malloc_arena::program_malloc_is_jemalloc();
+    HEAP_MANAGED.store(heap_managed, Ordering::Release);
     EXCLUSIVE_HOST_CACHE.store(
         config.host_cache == memvisor_pager::HostCache::Exclusive,
         Ordering::Release,
     );
     crate::image_io::set_default_cache_limit(config.image_cache);
     PROGRAM_IS_QEMU.store(is_qemu(&program), Ordering::Release);
-    let arena_allotment = config
-        .heap_managed
-        .then(|| CodeAllotment::new(config.budget, config.chunk_size));
+    let arena_allotment =
+        heap_managed.then(|| CodeAllotment::new(config.budget, config.chunk_size));
     let state = ManagedProcess {
         budget: config.budget,
         policy: config.policy.clone(),
@@ -355,12 +358,16 @@ impl ManagedProcess {
         }
     }
 
-    /// The arena's claim on the budget: its allotment when it holds the program's heap
-    /// (`memvisor run --malloc jemalloc`) beside other regions (QEMU's guest RAM), else its
-    /// weight, the bytes mapped in it (alone, it gets the whole budget).
+    /// The arena's claim on the budget: its allotment when it holds QEMU's heap (`memvisor run
+    /// --malloc jemalloc`) beside guest RAM, else its weight, the bytes mapped in it. Without a
+    /// region weighted by its size beside it (QEMU before its guest RAM, or with guest RAM the
+    /// library does not manage; another program), an allotment would leave the rest of the
+    /// budget to nobody.
     fn arena_claim(&self) -> Claim {
+        let beside_guest_ram =
+            PROGRAM_IS_QEMU.load(Ordering::Acquire) && self.fixed.iter().any(|f| f.code.is_none());
         match &self.arena_allotment {
-            Some(a) if !self.fixed.is_empty() => Claim::Allotment(a.bytes()),
+            Some(a) if beside_guest_ram => Claim::Allotment(a.bytes()),
             _ => Claim::Weighted(self.arena.mapped_bytes().max(self.config.chunk_size)),
         }
     }
@@ -734,9 +741,12 @@ pub fn fixed_map(
     if let Err(e) = p.rebalance() {
         eprintln!("memvisor-preload: rebalancing budgets: {e}");
     }
+    let allotments = p.arena_allotment.is_some() || p.fixed.iter().any(|f| f.code.is_some());
     drop(guard);
     // Code allotments and the arena's (with the program's heap in it) move as it runs.
-    crate::allotment_watcher::start();
+    if allotments {
+        crate::allotment_watcher::start();
+    }
     Some(start)
 }
 
