@@ -20,9 +20,7 @@ use std::io::{BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
 use common::*;
@@ -249,37 +247,24 @@ fn a_guest_with_tmpfs_file_ram_verifies_under_a_128m_budget() {
         .arg("--")
         .arg(qemu_binary().unwrap())
         .args(config.qemu_args(&image).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
     // The last guest-file region seen, and each sample's (file bytes, region budget + overrun).
     let last: Arc<Mutex<Option<RegionStatus>>> = Arc::new(Mutex::new(None));
     let file_samples: Arc<Mutex<Vec<(u64, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let guest = RunningGuest::spawn(cmd).unwrap();
-    let poller = {
-        let (stop, last, file_samples, ctl, ram) = (
-            stop.clone(),
-            last.clone(),
-            file_samples.clone(),
-            ctl.clone(),
-            ram.clone(),
-        );
-        thread::spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                if let Some(st) = first_managed_status(&ctl) {
-                    if let Some(g) = guest_file_region(&st, size) {
-                        if let Ok(m) = std::fs::metadata(&ram) {
-                            let most = g.budget_bytes + g.overrun_chunks * st.chunk_size;
-                            file_samples.lock().unwrap().push((m.blocks() * 512, most));
-                        }
-                        *last.lock().unwrap() = Some(g);
-                    }
+    let watch = {
+        let (last, file_samples, ram) = (last.clone(), file_samples.clone(), ram.clone());
+        StatusWatch::start(&ctl, Duration::from_millis(250), move |st| {
+            if let Some(g) = guest_file_region(&st, size) {
+                if let Ok(m) = std::fs::metadata(&ram) {
+                    let most = g.budget_bytes + g.overrun_chunks * st.chunk_size;
+                    file_samples.lock().unwrap().push((m.blocks() * 512, most));
                 }
-                thread::sleep(Duration::from_millis(250));
+                *last.lock().unwrap() = Some(g);
             }
         })
     };
     let result = guest.wait(config.timeout);
-    stop.store(true, Ordering::Release);
-    poller.join().unwrap();
+    watch.stop();
     let g = last
         .lock()
         .unwrap()

@@ -11,9 +11,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
 use common::*;
@@ -63,27 +61,20 @@ fn a_guest_whose_qemu_heap_is_paged_verifies_its_disk_and_memory() {
     .arg("--")
     .arg(qemu_binary().unwrap())
     .args(config.qemu_args(&image).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
     // The arena (QEMU's heap) and guest RAM at the last `memvisor stat`.
     let last: Arc<Mutex<Option<(RegionStatus, RegionStatus)>>> = Arc::new(Mutex::new(None));
     let guest = RunningGuest::spawn(cmd).unwrap();
-    let poller = {
-        let (stop, last, ctl) = (stop.clone(), last.clone(), ctl.clone());
-        thread::spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                if let Some(st) = first_managed_status(&ctl) {
-                    let find = |kind: &str| st.regions.iter().find(|r| r.kind == kind).cloned();
-                    if let (Some(a), Some(g)) = (find("arena"), find("guest-memfd")) {
-                        *last.lock().unwrap() = Some((a, g));
-                    }
-                }
-                thread::sleep(Duration::from_millis(100));
+    let watch = {
+        let last = last.clone();
+        StatusWatch::start(&ctl, Duration::from_millis(100), move |st| {
+            let find = |kind: &str| st.regions.iter().find(|r| r.kind == kind).cloned();
+            if let (Some(a), Some(g)) = (find("arena"), find("guest-memfd")) {
+                *last.lock().unwrap() = Some((a, g));
             }
         })
     };
     let result = guest.wait(config.timeout);
-    stop.store(true, Ordering::Release);
-    poller.join().unwrap();
+    watch.stop();
     let (arena, ram) = last
         .lock()
         .unwrap()

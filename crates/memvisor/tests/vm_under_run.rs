@@ -17,9 +17,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -97,29 +95,22 @@ fn run_under_memvisor(image: &GuestImage, config: &GuestConfig) -> ManagedRun {
         .arg(qemu_binary().unwrap())
         .args(config.qemu_args(image).unwrap());
     let (_, link_prefix) = expected_region(&config.backend);
-    let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let guest = RunningGuest::spawn(cmd).unwrap();
-    let poller = {
-        let (stop, samples, ctl) = (stop.clone(), samples.clone(), ctl.clone());
-        thread::spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                if let Some(status) = first_managed_status(&ctl) {
-                    let memfd_bytes = memfd_bytes(status.pid, &link_prefix);
-                    samples.lock().unwrap().push(Sample {
-                        at: started.elapsed(),
-                        status,
-                        memfd_bytes,
-                    });
-                }
-                thread::sleep(POLL);
-            }
+    let watch = {
+        let samples = samples.clone();
+        StatusWatch::start(&ctl, POLL, move |status| {
+            let memfd_bytes = memfd_bytes(status.pid, &link_prefix);
+            samples.lock().unwrap().push(Sample {
+                at: started.elapsed(),
+                status,
+                memfd_bytes,
+            });
         })
     };
     let result = guest.wait(config.timeout);
-    stop.store(true, Ordering::Release);
-    poller.join().unwrap();
+    watch.stop();
     let samples = std::mem::take(&mut *samples.lock().unwrap());
     let run = match result {
         Ok(run) => run,

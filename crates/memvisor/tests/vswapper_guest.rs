@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -48,32 +47,25 @@ fn run_guest(image: &GuestImage, config: &GuestConfig, budget: &str, mapper: boo
         .arg("--")
         .arg(qemu_binary().unwrap())
         .args(config.qemu_args(image).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
     let last: Arc<Mutex<Option<RegionStatus>>> = Arc::new(Mutex::new(None));
     let size = config.memory_mib * MIB;
     let started = Instant::now();
     let guest = RunningGuest::spawn(cmd).unwrap();
-    let poller = {
-        let (stop, last, ctl) = (stop.clone(), last.clone(), ctl.clone());
-        thread::spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                if let Some(st) = first_managed_status(&ctl) {
-                    if let Some(g) = st
-                        .regions
-                        .iter()
-                        .find(|r| r.kind == "guest-memfd" && r.size_bytes == size)
-                    {
-                        *last.lock().unwrap() = Some(g.clone());
-                    }
-                }
-                thread::sleep(Duration::from_millis(100));
+    let watch = {
+        let last = last.clone();
+        StatusWatch::start(&ctl, Duration::from_millis(100), move |st| {
+            if let Some(g) = st
+                .regions
+                .iter()
+                .find(|r| r.kind == "guest-memfd" && r.size_bytes == size)
+            {
+                *last.lock().unwrap() = Some(g.clone());
             }
         })
     };
     let result = guest.wait(config.timeout);
     let secs = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Release);
-    poller.join().unwrap();
+    watch.stop();
     let guest = last
         .lock()
         .unwrap()

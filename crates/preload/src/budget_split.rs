@@ -6,8 +6,8 @@
 //! heap has mapped or used says little of what it needs, as with code); all allotments
 //! together at most a quarter of the budget, scaled down in proportion if they ask more. Guest
 //! RAM, fixed regions and otherwise the arena share the rest in proportion to their weight: a
-//! guest-RAM or fixed region its size, the arena the bytes mapped in it. Every share is in whole chunks and at least one, so the sum may exceed the
-//! budget by one chunk per region.
+//! guest-RAM or fixed region its size, the arena the bytes mapped in it. Every share is in
+//! whole chunks and at least one, so the sum may exceed the budget by one chunk per region.
 
 use crate::code_allotment::MAX_DIVISOR;
 

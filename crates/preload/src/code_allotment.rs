@@ -67,6 +67,19 @@ impl CodeAllotment {
         self.bytes
     }
 
+    /// [`check`](Self::check) with a region's counters: its page-ins, and as used the chunks it
+    /// holds in memory or in swap (`chunk` bytes each).
+    pub fn check_region(
+        &mut self,
+        stats: &memvisor_pager::RegionStats,
+        secs: f64,
+        budget: usize,
+        chunk: usize,
+    ) -> bool {
+        let used = (stats.resident_chunks + stats.swapped_chunks) as usize * chunk;
+        self.check(stats.page_ins, secs, used, budget, chunk)
+    }
+
     /// One check: the region has had `page_ins` page-ins in all, `secs` seconds after the last
     /// check, has used `used` bytes, and the process budget is `budget`. Returns whether the
     /// allotment changed.

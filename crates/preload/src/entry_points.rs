@@ -169,6 +169,25 @@ fn fork_refused() -> Option<libc::pid_t> {
     Some(-1)
 }
 
+/// glibc's fork function `real` (`None`: there is none, ENOSYS), unless [`fork_refused`].
+///
+/// # Safety
+///
+/// As `fork(2)`; `real` is glibc's `fork` or `_Fork`.
+unsafe fn fork_unless_refused(real: Option<unsafe extern "C" fn() -> libc::pid_t>) -> libc::pid_t {
+    if let Some(r) = fork_refused() {
+        return r;
+    }
+    match real {
+        // SAFETY: glibc's fork function, called as the program called ours.
+        Some(real) => unsafe { real() },
+        None => {
+            crate::raw_calls::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
 /// `fork(2)`: refused while the program's heap is managed ([`fork_refused`]), else glibc's.
 ///
 /// # Safety
@@ -176,17 +195,9 @@ fn fork_refused() -> Option<libc::pid_t> {
 /// As `fork(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
-    if let Some(r) = fork_refused() {
-        return r;
-    }
-    match next_symbol!(fork, unsafe extern "C" fn() -> libc::pid_t) {
-        // SAFETY: glibc's fork, called as the program called it.
-        Some(real) => unsafe { real() },
-        None => {
-            crate::raw_calls::set_errno(libc::ENOSYS);
-            -1
-        }
-    }
+    let real = next_symbol!(fork, unsafe extern "C" fn() -> libc::pid_t);
+    // SAFETY: the caller's contract; glibc's `fork` passed on.
+    unsafe { fork_unless_refused(real) }
 }
 
 /// `_Fork` (glibc 2.34: a fork without the fork handlers): refused likewise, else glibc's.
@@ -196,17 +207,9 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
 /// As `_Fork`.
 #[no_mangle]
 pub unsafe extern "C" fn _Fork() -> libc::pid_t {
-    if let Some(r) = fork_refused() {
-        return r;
-    }
-    match next_symbol!(_Fork, unsafe extern "C" fn() -> libc::pid_t) {
-        // SAFETY: glibc's _Fork, called as the program called it.
-        Some(real) => unsafe { real() },
-        None => {
-            crate::raw_calls::set_errno(libc::ENOSYS);
-            -1
-        }
-    }
+    let real = next_symbol!(_Fork, unsafe extern "C" fn() -> libc::pid_t);
+    // SAFETY: the caller's contract; glibc's `_Fork` passed on.
+    unsafe { fork_unless_refused(real) }
 }
 
 /// Defines a credential-changing entry point: the library's threads first take the caller's

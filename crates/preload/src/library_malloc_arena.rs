@@ -66,9 +66,10 @@ fn create_arena(ctl: Mallctl) -> Option<u32> {
 
 /// Binds the calling thread to the library's arena, creating it on first use, and turns its
 /// thread cache off (the cache held blocks of the program's arenas, and its arrays live in
-/// arena 0; the library's threads allocate little, so the cache is not missed). Does nothing unless the program's
-/// `malloc` is jemalloc. Call it first thing on every thread the library starts, after
-/// `shim_guard::mark_library_thread` (the arena's first mapping is then the kernel's).
+/// arena 0; the library's threads allocate little, so the cache is not missed). Does nothing
+/// unless the program's `malloc` is jemalloc. Call it first thing on every thread the library
+/// starts, after `shim_guard::mark_library_thread` (the arena's first mapping is then the
+/// kernel's).
 pub fn use_library_arena() {
     let Some((ctl, mut index)) = *ARENA.get_or_init(|| {
         let ctl = find_mallctl()?;
@@ -76,30 +77,32 @@ pub fn use_library_arena() {
     }) else {
         return;
     };
-    // SAFETY: `thread.arena` takes an unsigned (u32) arena index; `index` lives on this stack.
-    let bound = unsafe {
+    // SAFETY: `thread.arena` takes an unsigned (u32) arena index.
+    if unsafe { write_setting(ctl, c"thread.arena", &mut index) } == 0 {
+        // Turning the thread's cache off flushes it, and a library thread then never touches
+        // the cache's own arrays (allocated from arena 0, the program's).
+        // SAFETY: `thread.tcache.enabled` takes a bool (one byte).
+        unsafe { write_setting(ctl, c"thread.tcache.enabled", &mut false) };
+    }
+}
+
+/// Writes `value` to jemalloc's setting `name` through `ctl`, reading nothing back; jemalloc's
+/// result (0 on success).
+///
+/// # Safety
+///
+/// `T` must be the C type jemalloc takes for `name`.
+unsafe fn write_setting<T>(ctl: Mallctl, name: &CStr, value: &mut T) -> c_int {
+    // SAFETY: `name` is NUL-terminated; `value` is a live `T` of the size passed, the type the
+    // caller promises jemalloc reads for `name`; no old value is asked for.
+    unsafe {
         ctl(
-            c"thread.arena".as_ptr(),
+            name.as_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            (&mut index as *mut u32).cast(),
-            std::mem::size_of::<u32>(),
+            (value as *mut T).cast(),
+            std::mem::size_of::<T>(),
         )
-    };
-    if bound == 0 {
-        let mut enabled = false;
-        // SAFETY: `thread.tcache.enabled` takes a bool (one byte); `enabled` lives on this
-        // stack. Turning the thread's cache off flushes it, and a library thread then never
-        // touches the cache's own arrays (allocated from arena 0, the program's).
-        unsafe {
-            ctl(
-                c"thread.tcache.enabled".as_ptr(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                (&mut enabled as *mut bool).cast(),
-                std::mem::size_of::<bool>(),
-            )
-        };
     }
 }
 

@@ -824,15 +824,11 @@ pub fn check_claims(secs: f64) {
     let mut changed = false;
     for f in &mut p.fixed {
         if let Some(a) = &mut f.code {
-            let s = f.region.stats();
-            let used = (s.resident_chunks + s.swapped_chunks) as usize * cs;
-            changed |= a.check(s.page_ins, secs, used, budget, cs);
+            changed |= a.check_region(&f.region.stats(), secs, budget, cs);
         }
     }
     if let (Some(a), Some(r)) = (&mut p.arena_allotment, arena_region()) {
-        let s = r.stats();
-        let used = (s.resident_chunks + s.swapped_chunks) as usize * cs;
-        changed |= a.check(s.page_ins, secs, used, budget, cs);
+        changed |= a.check_region(&r.stats(), secs, budget, cs);
     }
     if changed {
         if let Err(e) = p.rebalance() {

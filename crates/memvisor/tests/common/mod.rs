@@ -379,3 +379,39 @@ pub fn assert_region_error_free(r: &memvisor_control::RegionStatus) {
         "{r:?}"
     );
 }
+
+/// Polls `memvisor stat` of the first managed process under a control directory on a thread
+/// of its own, handing each status to a sampler, until stopped: what the tests that boot a
+/// guest under `memvisor run` watch while it runs.
+pub struct StatusWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl StatusWatch {
+    /// Starts polling `ctl` every `period`, calling `sample` with each status seen.
+    pub fn start(
+        ctl: &Path,
+        period: Duration,
+        mut sample: impl FnMut(ProcessStatus) + Send + 'static,
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, ctl) = (stop.clone(), ctl.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Acquire) {
+                if let Some(status) = first_managed_status(&ctl) {
+                    sample(status);
+                }
+                std::thread::sleep(period);
+            }
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops polling and waits for the thread (a sampler that panicked fails the test).
+    pub fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().unwrap();
+    }
+}
