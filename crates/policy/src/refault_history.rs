@@ -20,8 +20,17 @@
 //! Sizes are in the caller's unit (the pager counts pages, the simulator units). The stamp
 //! array is indexed by a dense unit index `0..units` and allocated at construction; nothing is
 //! allocated afterwards. A refault does not clear the stamp: a pager that brings a unit back
-//! in several page-ins counts each as saved by the same distance; the next eviction of the
-//! unit stamps it anew.
+//! in several page-ins counts each at the distance from the unit's eviction to that page-in,
+//! which grows with what is evicted in between; the next eviction of the unit stamps it anew.
+//! With units paged in a page at a time that is a biased estimate both ways: a larger cache
+//! would have kept the unit from its first refault on (so later page-ins of pages it held
+//! were saved by the first distance, less than counted), but the unit's pages that were not
+//! in memory when it was evicted would have missed at any size (counted all the same). In a
+//! density run of guests reading uniformly, this count showed nothing saved by the next 8 MiB
+//! for 40 s after a burst of evictions, then about what such reads save; counting every
+//! page-in at the first distance instead was right at first, then grew to five times it
+//! (`docs/benchmarks.md`, "Refault distances of chunks paged in a page at a time"). A stamp
+//! per page would be exact.
 
 /// Log-linear distance buckets: `2 * sub` buckets of width `unit`, then `sub` buckets per
 /// doubling of the distance. Bucket `k` holds distances in `(lower(k), upper(k)]`.
