@@ -28,12 +28,7 @@ fn a_guest_whose_qemu_heap_is_paged_verifies_its_disk_and_memory() {
     if !userfaultfd_usable() {
         return;
     }
-    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists() {
-        let why = "libjemalloc2 is not installed (scripts/install installs it)";
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{test}: {why}");
-        }
-        eprintln!("SKIPPED {test}: {why}");
+    if !jemalloc_or_skip(test) {
         return;
     }
     let Some(image) = GuestImage::for_test(test) else {

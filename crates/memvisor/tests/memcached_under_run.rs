@@ -39,21 +39,6 @@ fn value(i: usize) -> Vec<u8> {
     v
 }
 
-/// The path of `libjemalloc.so.2` from the dynamic linker's cache, if it is installed.
-fn jemalloc() -> Option<String> {
-    let o = Command::new("ldconfig")
-        .arg("-p")
-        .output()
-        .or_else(|_| Command::new("/sbin/ldconfig").arg("-p").output())
-        .ok()?;
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter(|l| l.trim_start().starts_with("libjemalloc.so.2 "))
-        .filter_map(|l| l.split(" => ").nth(1))
-        .map(|p| p.trim().to_string())
-        .find(|p| std::path::Path::new(p).exists())
-}
-
 /// One reply line without its `\r\n`.
 fn line(r: &mut impl BufRead) -> String {
     let mut l = String::new();
@@ -160,7 +145,7 @@ fn memcached_data_larger_than_budget_survives_paging() {
         eprintln!("SKIPPED: memcached is not installed (scripts/install installs it)");
         return;
     }
-    let Some(jemalloc) = jemalloc() else {
+    let Some(jemalloc) = jemalloc_library() else {
         eprintln!("SKIPPED: libjemalloc.so.2 is not installed (scripts/install installs it)");
         return;
     };

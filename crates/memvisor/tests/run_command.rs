@@ -529,13 +529,7 @@ fn a_fork_is_refused_while_the_heap_is_managed() {
     if !userfaultfd_usable() {
         return;
     }
-    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists() {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "libjemalloc2 missing: scripts/install installs it"
-        );
-        eprintln!("SKIPPED: libjemalloc2 is not installed");
+    if !jemalloc_or_skip("a_fork_is_refused_while_the_heap_is_managed") {
         return;
     }
     let t = tempfile::tempdir().unwrap();

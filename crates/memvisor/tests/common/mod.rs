@@ -415,3 +415,31 @@ impl StatusWatch {
         self.thread.join().unwrap();
     }
 }
+
+/// The path of `libjemalloc.so.2` from the dynamic linker's cache, if it is installed.
+pub fn jemalloc_library() -> Option<String> {
+    let o = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .or_else(|_| Command::new("/sbin/ldconfig").arg("-p").output())
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("libjemalloc.so.2 "))
+        .filter_map(|l| l.split(" => ").nth(1))
+        .map(|p| p.trim().to_string())
+        .find(|p| Path::new(p).exists())
+}
+
+/// Whether test `test` (of `memvisor run --malloc jemalloc`) can run: jemalloc installed. If
+/// not, the test is skipped with a line, and fails under CI, whose machine `scripts/install`
+/// set up.
+pub fn jemalloc_or_skip(test: &str) -> bool {
+    if jemalloc_library().is_some() {
+        return true;
+    }
+    let why = "libjemalloc2 is not installed (scripts/install installs it)";
+    assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: {why}");
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
