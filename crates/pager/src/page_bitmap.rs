@@ -38,6 +38,14 @@ impl PageBitmap {
         }
     }
 
+    /// Sets bits `[first, first + n)` to those of `other` (a bitmap of the same size), clipped
+    /// to the end of both.
+    pub fn copy_range(&mut self, other: &PageBitmap, first: usize, n: usize) {
+        for (word, mask) in word_masks(first, n, self.bits.min(other.bits)) {
+            self.words[word] = (self.words[word] & !mask) | (other.words[word] & mask);
+        }
+    }
+
     /// How many of bits `[first, first + n)` are set (clipped to the end).
     pub fn count_range(&self, first: usize, n: usize) -> usize {
         word_masks(first, n, self.bits)
@@ -92,5 +100,20 @@ mod tests {
         assert!(!b.get(500), "beyond the end reads clear");
         b.set(500, true);
         assert_eq!(b.count_range(0, 1000), 190);
+    }
+
+    #[test]
+    fn a_copied_range_replaces_only_its_bits() {
+        let mut from = PageBitmap::new(200);
+        from.set_range(62, 4, true);
+        from.set_range(150, 10, true);
+        let mut to = PageBitmap::new(200);
+        to.set_range(0, 200, true);
+        to.copy_range(&from, 60, 70);
+        assert_eq!(to.count_range(60, 70), 4, "bits 62 to 65 of the source");
+        assert!(to.get(59) && to.get(130) && to.get(62) && !to.get(66));
+        to.copy_range(&from, 190, 100);
+        assert_eq!(to.count_range(190, 10), 0, "clipped to the end");
+        assert_eq!(to.count_range(0, 200), 60 + 4 + 60);
     }
 }

@@ -4,35 +4,46 @@
 
 mod common;
 
-use common::{pattern, read, supported, write};
-use memvisor_pager::{page_size, PageOut, Region, RegionConfig, ResolveMode};
+use common::{pattern, read, supported, write, write_patterns};
+use memvisor_pager::{page_size, PageInUnit, PageOut, Region, RegionConfig, ResolveMode};
 use memvisor_policy::PolicySpec;
 
 const CHUNKS: usize = 32;
 
-fn region(dir: &std::path::Path, budget_chunks: usize, policy: &str) -> Region {
+/// Chunks of 4 pages, `budget_chunks` of them in memory, synchronous page-outs.
+fn config(dir: &std::path::Path, budget_chunks: usize, policy: &str) -> RegionConfig {
     let chunk = 4 * page_size();
-    Region::new(
-        RegionConfig::new(CHUNKS * chunk, budget_chunks * chunk, dir)
-            .chunk_size(chunk)
-            .policy(policy.parse::<PolicySpec>().unwrap())
-            .resolve(ResolveMode::Copy)
-            .page_out(PageOut::Sync)
-            .sample_interval(None)
-            .log_errors(false),
-    )
-    .unwrap()
+    RegionConfig::new(CHUNKS * chunk, budget_chunks * chunk, dir)
+        .chunk_size(chunk)
+        .policy(policy.parse::<PolicySpec>().unwrap())
+        .resolve(ResolveMode::Copy)
+        .page_out(PageOut::Sync)
+        .sample_interval(None)
+        .log_errors(false)
+}
+
+fn region(dir: &std::path::Path, budget_chunks: usize, policy: &str) -> Region {
+    Region::new(config(dir, budget_chunks, policy)).unwrap()
+}
+
+/// Reads bytes `[i * unit, (i + 1) * unit)` of the region, checking that they hold
+/// `pattern(i)`.
+fn read_checked(r: &Region, unit: usize, i: usize) {
+    let (mut want, mut got) = (vec![0u8; unit], vec![0u8; unit]);
+    pattern(i as u64, &mut want);
+    read(r, i * unit, &mut got);
+    assert!(
+        got == want,
+        "bytes {} to {} lost their data",
+        i * unit,
+        (i + 1) * unit
+    );
 }
 
 /// Reads the whole of chunks `0..n` once, in order, checking their patterns.
 fn pass(r: &Region, n: usize) {
-    let chunk = r.chunk_size();
-    let mut want = vec![0u8; chunk];
-    let mut got = vec![0u8; chunk];
     for c in 0..n {
-        pattern(c as u64, &mut want);
-        read(r, c * chunk, &mut got);
-        assert!(got == want, "chunk {c} lost its data");
+        read_checked(r, r.chunk_size(), c);
     }
 }
 
@@ -121,4 +132,82 @@ fn discarded_chunks_are_not_refaults() {
         "{curve:?}"
     );
     assert_eq!(r.stats().page_ins, 0);
+}
+
+/// Refaults so far by bucket, the last entry those beyond the buckets.
+fn refaults_by_bucket(r: &Region) -> Vec<u64> {
+    let curve = r.refault_curve();
+    let mut all = curve.refaults.clone();
+    all.push(curve.beyond);
+    all
+}
+
+/// The buckets that counted refaults between two [`refaults_by_bucket`], once per refault.
+fn new_refaults(before: &[u64], after: &[u64]) -> Vec<usize> {
+    (0..after.len())
+        .flat_map(|k| std::iter::repeat_n(k, (after[k] - before[k]) as usize))
+        .collect()
+}
+
+/// Reads page `p` of the region alone, checking its pattern.
+fn read_page(r: &Region, p: usize) {
+    read_checked(r, page_size(), p);
+}
+
+#[test]
+fn pages_read_back_one_at_a_time_are_refaults_if_their_chunk_held_them() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let r = Region::new(
+        config(dir.path(), 8, "fifo")
+            .page_in_unit(PageInUnit::Page)
+            .parallel_page_in(false),
+    )
+    .unwrap();
+    let chunk = r.chunk_size();
+    // Chunks 0 to 15 written whole: the first ones leave memory with all four pages.
+    write_patterns(&r, 16 * 4);
+    assert!(!r.covered_pages_resident(0, chunk), "chunk 0 was evicted");
+
+    // Page 0 of chunk 0, then three other chunks (twelve page-ins, evicting as many pages),
+    // then page 1: each counts at its own distance from the chunk's eviction.
+    let before = refaults_by_bucket(&r);
+    read_page(&r, 0);
+    let first = new_refaults(&before, &refaults_by_bucket(&r));
+    assert_eq!(first.len(), 1, "one refault: {first:?}");
+    let evicted = r.refault_curve().evicted_bytes;
+    for p in 4..16 {
+        read_page(&r, p);
+    }
+    assert!(
+        r.refault_curve().evicted_bytes >= evicted + 3 * chunk as u64,
+        "chunks left memory in between"
+    );
+    let before = refaults_by_bucket(&r);
+    read_page(&r, 1);
+    let second = new_refaults(&before, &refaults_by_bucket(&r));
+    assert_eq!(second.len(), 1, "one refault: {second:?}");
+    assert!(second[0] > first[0], "farther: {first:?} then {second:?}");
+
+    // Chunk 0 leaves with pages 0 and 1: of its four page-ins, those two are refaults.
+    for p in 16..16 * 4 {
+        read_page(&r, p);
+        if !r.covered_pages_resident(0, 2 * page_size()) {
+            break;
+        }
+    }
+    assert!(
+        !r.covered_pages_resident(0, page_size()),
+        "chunk 0 was evicted again"
+    );
+    let (before, page_ins) = (refaults_by_bucket(&r), r.stats().page_ins);
+    for p in 0..4 {
+        read_page(&r, p);
+    }
+    assert_eq!(r.stats().page_ins, page_ins + 4);
+    let held = new_refaults(&before, &refaults_by_bucket(&r));
+    assert_eq!(held.len(), 2, "pages 2 and 3 were not in memory: {held:?}");
+    assert!(r.take_errors().is_empty());
 }

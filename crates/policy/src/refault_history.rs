@@ -21,16 +21,17 @@
 //! array is indexed by a dense unit index `0..units` and allocated at construction; nothing is
 //! allocated afterwards. A refault does not clear the stamp: a pager that brings a unit back
 //! in several page-ins counts each at the distance from the unit's eviction to that page-in,
-//! which grows with what is evicted in between; the next eviction of the unit stamps it anew.
-//! With units paged in a page at a time that is a biased estimate both ways: a larger cache
-//! would have kept the unit from its first refault on (so later page-ins of pages it held
-//! were saved by the first distance, less than counted), but the unit's pages that were not
-//! in memory when it was evicted would have missed at any size (counted all the same). In a
-//! density run of guests reading uniformly, this count showed nothing saved by the next 8 MiB
-//! for 40 s after a burst of evictions, then about what such reads save; counting every
-//! page-in at the first distance instead was right at first, then grew to five times it
-//! (`docs/benchmarks.md`, "Refault distances of chunks paged in a page at a time"). A stamp
-//! per page would be exact.
+//! which grows with what is evicted in between (each page's own refault distance, as the
+//! kernel counts it); the next eviction of the unit stamps it anew. Which page-ins are
+//! refaults is the caller's to know: a page that was not in memory when its unit was evicted
+//! left earlier, farther away than this stamp says, so the pager counts only page-ins of pages
+//! its chunk held at its eviction (a bit per page in its chunk table). With it, a density run
+//! of guests reading uniformly counted what such reads save within about a tenth. Counting
+//! every page-in of a unit at the distance of its first refault instead (a larger cache would
+//! have kept the whole unit) was measured and dropped: five times what those reads save, as a
+//! chunk that comes back with one page and grows again in memory is not the whole unit LRU's
+//! argument is about (`docs/benchmarks.md`, "Refault distances of chunks paged in a page at a
+//! time").
 
 /// Log-linear distance buckets: `2 * sub` buckets of width `unit`, then `sub` buckets per
 /// doubling of the distance. Bucket `k` holds distances in `(lower(k), upper(k)]`.

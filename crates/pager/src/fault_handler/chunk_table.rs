@@ -57,6 +57,9 @@ pub(crate) struct ChunkTable {
     poisoned: PageBitmap,
     /// Per page: being read from swap on its own (a parallel page-in), not resident yet.
     reading: PageBitmap,
+    /// Per page: resident when its chunk was last evicted, and not mapped since (what a larger
+    /// budget would have kept: the refaults that count in the refault curve).
+    held: PageBitmap,
     /// Per page, on a post-copy migration's destination: the content is still at the source.
     /// A remote page is never mapped (a resident one keeps its stale copy unmapped) nor
     /// read; faults on it wait until its content is installed.
@@ -119,6 +122,7 @@ impl ChunkTable {
             written: PageBitmap::new(pages),
             poisoned: PageBitmap::new(pages),
             reading: PageBitmap::new(pages),
+            held: PageBitmap::new(pages),
             remote: PageBitmap::new(pages),
             remote_total: 0,
             changed: None,
@@ -247,6 +251,37 @@ impl ChunkTable {
         self.resident_total -= was;
         self.states[c] = ChunkState::Out;
         was
+    }
+
+    /// Chunk `c` is being evicted: its resident pages are the ones it held (replacing what it
+    /// held at an earlier eviction).
+    pub fn hold_evicted(&mut self, c: usize) {
+        if c < self.len() {
+            let at = self.first_page(c);
+            self.held
+                .copy_range(&self.resident, at, self.pages_per_chunk);
+        }
+    }
+
+    /// Chunk `c` holds nothing from an eviction (it stayed in memory, or its content was
+    /// discarded).
+    pub fn clear_held(&mut self, c: usize) {
+        if c < self.len() {
+            self.held
+                .set_range(self.first_page(c), self.pages_per_chunk, false);
+        }
+    }
+
+    /// Pages `first..first + n` of chunk `c` are being mapped again: returns how many of them
+    /// the chunk held at its last eviction, and clears them.
+    pub fn take_held(&mut self, c: usize, first: usize, n: usize) -> usize {
+        if !self.in_chunk(c, first, n) {
+            return 0;
+        }
+        let at = self.first_page(c) + first;
+        let held = self.held.count_range(at, n);
+        self.held.set_range(at, n, false);
+        held
     }
 
     /// The runs of pages of chunk `c` for which `pick(page)` holds, as `(first, count)`.
@@ -721,6 +756,30 @@ mod tests {
         assert_eq!(t.set_out(1), 4);
         assert!(!t.is_written(1) && t.resident_total() == 1);
         t.check_invariants("test", |c| c == 2);
+    }
+
+    #[test]
+    fn held_pages_are_those_resident_at_the_last_eviction_and_not_mapped_since() {
+        let mut t = ChunkTable::new(16, 8);
+        t.add_resident(1, 1, 3);
+        t.add_resident(0, 7, 1);
+        t.hold_evicted(1);
+        t.set_out(1);
+        assert_eq!(t.take_held(1, 0, 8), 3, "pages 1 to 3");
+        assert_eq!(t.take_held(1, 0, 8), 0, "taken once");
+        t.add_resident(1, 2, 1);
+        t.hold_evicted(1);
+        t.add_resident(1, 5, 1);
+        t.hold_evicted(1);
+        assert_eq!(t.take_held(1, 0, 2), 0);
+        assert_eq!(t.take_held(1, 2, 4), 2, "the last eviction's pages 2 and 5");
+        assert_eq!(t.take_held(0, 0, 8), 0, "chunk 0 was not evicted");
+        t.hold_evicted(0);
+        t.clear_held(0);
+        assert_eq!(t.take_held(0, 7, 1), 0, "cleared");
+        assert_eq!(t.take_held(1, 7, 2), 0, "past the chunk's end");
+        t.hold_evicted(9);
+        t.clear_held(9);
     }
 
     #[test]

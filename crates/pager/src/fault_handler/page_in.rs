@@ -323,8 +323,17 @@ impl FaultHandler {
         let was_out = self.chunks.is(c, ChunkState::Out);
         let stored_before = self.io.is_stored(c);
         let read = done.bytes_read > 0 || done.image_bytes > 0;
+        // A refault only if it maps pages the chunk held when it was evicted: the others left
+        // at an earlier eviction, farther away than the chunk's stamp says.
+        let held: usize = done
+            .mapped
+            .iter()
+            .map(|&(first, n)| self.chunks.take_held(c, first, n))
+            .sum();
         if read {
-            self.note_refault(c);
+            if held > 0 {
+                self.note_refault(c);
+            }
             add(&self.stats().page_ins, 1);
             add(&self.stats().bytes_read, done.bytes_read as u64);
             if span == PageInSpan::Page {

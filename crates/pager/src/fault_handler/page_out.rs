@@ -65,9 +65,13 @@ impl FaultHandler {
     /// the memfd) and the error is recorded.
     pub(super) fn page_out(&mut self, v: usize) -> Result<(), ()> {
         let pages = self.chunks.resident_pages(v);
+        // What it holds now is what a larger budget would have kept (write_out clears it).
+        self.chunks.hold_evicted(v);
         let out = self.write_out(v);
         if out.is_ok() {
             self.note_eviction(v, pages);
+        } else {
+            self.chunks.clear_held(v);
         }
         out
     }

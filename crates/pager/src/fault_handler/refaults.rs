@@ -1,7 +1,8 @@
 //! The fault handler's side of the [`RefaultCurve`](crate::RefaultCurve): evictions stamp
-//! their chunk in the handler's [`RefaultHistory`](memvisor_policy::RefaultHistory), page-ins
-//! that read a stamped chunk back count as refaults, discards drop the stamp (a discarded
-//! chunk's next page-in is a fresh zero page, not a refault).
+//! their chunk in the handler's [`RefaultHistory`](memvisor_policy::RefaultHistory) (and the
+//! chunk table marks the pages it held), page-ins that read a held page of a stamped chunk
+//! back count as refaults, each at the distance evicted since the chunk's eviction; discards
+//! drop the stamp (a discarded chunk's next page-in is a fresh zero page, not a refault).
 
 use memvisor_policy::Refault;
 
@@ -17,7 +18,7 @@ impl FaultHandler {
             .evicted((pages * self.memory.page) as u64);
     }
 
-    /// A page-in read chunk `c` back from swap or an image.
+    /// A page-in read pages chunk `c` held at its eviction back from swap or an image.
     pub(super) fn note_refault(&mut self, c: usize) {
         if let Some(r) = self.refault_history.refault(c) {
             self.shared.refaults.record(r);
@@ -34,6 +35,7 @@ impl FaultHandler {
     /// Chunk `c`'s content was discarded.
     pub(super) fn forget_eviction(&mut self, c: usize) {
         self.refault_history.forget(c);
+        self.chunks.clear_held(c);
         self.image_first.forget(c);
     }
 }
