@@ -667,7 +667,7 @@ mod tests {
     use super::*;
     use crate::page_cache_calls::fadvise;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, RawFd};
     use std::os::unix::fs::FileExt;
 
     const PG: u64 = 4096;
@@ -692,6 +692,24 @@ mod tests {
 
     fn cached(f: &std::fs::File) -> u64 {
         cachestat(f.as_raw_fd(), 0, 0).unwrap().nr_cache
+    }
+
+    /// Checks that `got` pages stayed cached where the limit must leave `want`: never more,
+    /// and at most a 32nd (and one page) fewer. The development VM runs a DAMON `pageout`
+    /// scheme over physical memory that takes cold page-cache pages whatever this limit does
+    /// (it paged out 88 MB while this module's tests ran ten times; a 1,083-page test file
+    /// lost up to 13 pages within a second, in about one run in ten); a limit that dropped
+    /// what it must keep loses far more.
+    fn assert_stayed(got: u64, want: u64, what: &str) {
+        assert!(
+            got <= want && got + want / 32 + 1 >= want,
+            "{what}: {got} pages cached, {want} expected"
+        );
+    }
+
+    /// [`assert_stayed`] for the pages of bytes `[off, off + len)` of `fd`.
+    fn assert_range_stayed(fd: RawFd, off: u64, len: u64, want: u64, what: &str) {
+        assert_stayed(cachestat(fd, off, len).unwrap().nr_cache, want, what);
     }
 
     /// Reads pages one by one without readahead, telling the limit.
@@ -727,12 +745,12 @@ mod tests {
         let lim = CacheLimit::default();
         // No limit: the kernel keeps everything.
         read_pages(&f, &lim, 0..64);
-        assert_eq!(cached(&f), 64);
+        assert_stayed(cached(&f), 64, "read");
         assert!(lim.stats().model.is_none());
         // A limit of 32 pages: setting it compares the cache with the model; the 64 pages read
         // before the model existed are within the slack (1 MiB, 256 pages) and stay.
         lim.set(fd, Some(32 * PG), 256 * PG).unwrap();
-        assert_eq!(cached(&f), 64, "within the slack");
+        assert_stayed(cached(&f), 64, "within the slack");
         // Reading 256 pages through the model keeps the cache within its blocks plus what
         // it never saw.
         read_pages(&f, &lim, 64..256);
@@ -742,15 +760,15 @@ mod tests {
         assert_eq!(s.evicted_dropped_bytes, (192 - 32) * PG, "{s:?}");
         // The 64 pages read before the limit stay (within the slack); the model's 32 are
         // cached.
-        assert_eq!(cached(&f), 64 + 32);
+        assert_stayed(cached(&f), 64 + 32, "the slack and the model");
         // A smaller limit drops at once.
         lim.set(fd, Some(8 * PG), 256 * PG).unwrap();
-        assert_eq!(cached(&f), 64 + 8);
+        assert_stayed(cached(&f), 64 + 8, "a smaller limit");
         // Lifting the limit drops the model; the cache keeps what it has.
         lim.set(fd, None, 256 * PG).unwrap();
         assert!(lim.stats().model.is_none());
         read_pages(&f, &lim, 100..140);
-        assert_eq!(cached(&f), 64 + 8 + 40);
+        assert_stayed(cached(&f), 64 + 8 + 40, "no limit");
     }
 
     #[test]
@@ -760,13 +778,13 @@ mod tests {
         let fd = f.as_raw_fd();
         let mut b = vec![0u8; (1024 * PG) as usize];
         f.read_exact_at(&mut b, 0).unwrap();
-        assert_eq!(cached(&f), 1024);
+        assert_stayed(cached(&f), 1024, "read");
         let lim = CacheLimit::default();
         lim.set(fd, Some(512 * PG), 1024 * PG).unwrap();
         let s = lim.stats();
         assert_eq!(s.reconciliations, 1);
         assert_eq!(cached(&f), 0, "{s:?}");
-        assert_eq!(s.reconciled_bytes, 1024 * PG);
+        assert_stayed(s.reconciled_bytes / PG, 1024, "reconciled");
         // Pages the model holds stay through a reconciliation.
         read_pages(&f, &lim, 0..16);
         f.read_exact_at(&mut b, 0).unwrap();
@@ -774,7 +792,7 @@ mod tests {
         read_pages(&f, &lim, 16..17);
         assert_eq!(lim.stats().reconciliations, 2);
         // The model's pages stay, and at most a large folio straddling its last one.
-        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
+        assert_range_stayed(fd, 0, 17 * PG, 17, "the model's");
         assert!(cached(&f) < 17 + 64, "{}", cached(&f));
     }
 
@@ -945,8 +963,8 @@ mod tests {
         read_pages(&f, &lim, 16..17);
         assert_eq!(lim.stats().reconciliations, 1);
         // The model's 17 pages and the guard after the stream's end stay; the rest went.
-        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
-        assert_eq!(cachestat(fd, 17 * PG, guard).unwrap().nr_cache, guard / PG);
+        assert_range_stayed(fd, 0, 17 * PG, 17, "the model's");
+        assert_range_stayed(fd, 17 * PG, guard, guard / PG, "the guard");
         let after = 17 * PG + guard;
         assert_eq!(cachestat(fd, after, 1100 * PG - after).unwrap().nr_cache, 0);
         assert_eq!(cachestat(fd, 4096 * PG, 2048 * PG).unwrap().nr_cache, 0);
@@ -999,7 +1017,7 @@ mod tests {
         // A read elsewhere: the comparison finds the cache over, and no stream to spare.
         read_pages(&f, &lim, 1500..1501);
         assert_eq!(lim.stats().reconciliations, 1);
-        assert_eq!(cachestat(fd, 0, 16 * PG).unwrap().nr_cache, 16);
+        assert_range_stayed(fd, 0, 16 * PG, 16, "the model's");
         assert_eq!(cachestat(fd, 16 * PG, 584 * PG).unwrap().nr_cache, 0);
     }
 
@@ -1060,8 +1078,8 @@ mod tests {
         assert_eq!(s.reconciliations, 1, "{s:?}");
         // The model's 17 pages and the guard after the stream's end stay; the rest went.
         let guard = stream_guard(device_readahead(fd)).min(1 << 20) / PG;
-        assert_eq!(cachestat(fd, 0, 17 * PG).unwrap().nr_cache, 17);
-        assert_eq!(cachestat(fd, 17 * PG, guard * PG).unwrap().nr_cache, guard);
+        assert_range_stayed(fd, 0, 17 * PG, 17, "the model's");
+        assert_range_stayed(fd, 17 * PG, guard * PG, guard, "the guard");
         assert_eq!(
             cachestat(fd, (17 + guard) * PG, (512 - guard) * PG)
                 .unwrap()
