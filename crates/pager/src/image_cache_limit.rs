@@ -697,8 +697,8 @@ mod tests {
     /// Checks that `got` pages stayed cached where the limit must leave `want`: never more,
     /// and at most a 32nd (and one page) fewer. The development VM runs a DAMON `pageout`
     /// scheme over physical memory that takes cold page-cache pages whatever this limit does
-    /// (it paged out 88 MB while this module's tests ran ten times; a 1,083-page test file
-    /// lost up to 13 pages within a second, in about one run in ten); a limit that dropped
+    /// (it paged out 88 MB while this module's tests ran ten times; 1,083 pages read from a file
+    /// lost up to 13 within a second, in about one run in ten); a limit that dropped
     /// what it must keep loses far more.
     fn assert_stayed(got: u64, want: u64, what: &str) {
         assert!(
