@@ -325,11 +325,11 @@ impl FaultHandler {
         let read = done.bytes_read > 0 || done.image_bytes > 0;
         // A refault only if it maps pages the chunk held when it was evicted: the others left
         // at an earlier eviction, farther away than the chunk's stamp says.
-        let held: usize = done
-            .mapped
-            .iter()
-            .map(|&(first, n)| self.chunks.take_held(c, first, n))
-            .sum();
+        let (mut added, mut held) = (0, 0);
+        for &(first, n) in &done.mapped {
+            held += self.chunks.take_held(c, first, n);
+            added += self.chunks.add_resident(c, first, n);
+        }
         if read {
             if held > 0 {
                 self.note_refault(c);
@@ -341,10 +341,6 @@ impl FaultHandler {
             }
         } else if !done.mapped.is_empty() {
             add(&self.stats().zero_fills, 1);
-        }
-        let mut added = 0;
-        for &(first, n) in &done.mapped {
-            added += self.chunks.add_resident(c, first, n);
         }
         add(&self.stats().resident_pages, added as u64);
         let now_in = was_out && self.chunks.is(c, ChunkState::In);
