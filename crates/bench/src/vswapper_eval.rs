@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use memvisor_control::{socket_dir, RegionStatus};
 use memvisor_testvm::{
     qemu_binary, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend, RunningGuest,
+    WorkloadResult,
 };
 
 use crate::balloon_trigger::{BalloonInflation, BalloonTrigger};
@@ -164,6 +165,9 @@ pub struct EvalRun {
     pub wall_secs: f64,
     /// Sum of the guest's phase times, seconds (boot excluded).
     pub guest_secs: f64,
+    /// Each phase's name (`disk`, or the memory phase: `write`, `seq`, `zipf`...) and time in
+    /// seconds, in the order the guest ran them.
+    pub phases: Vec<(&'static str, f64)>,
     /// Bytes written to swap (memvisor: its swap file; kernel: `pswpout`).
     pub swap_written: u64,
     /// Bytes read from swap.
@@ -259,6 +263,27 @@ fn guest_secs(run: &GuestRun) -> f64 {
     let disk: f64 = run.disk_phases().map(|p| p.ms).sum();
     let mem: f64 = run.mem_phases().map(|p| p.ms).sum();
     (disk + mem) / 1000.0
+}
+
+/// The guest's phases in order, each as its name and seconds.
+fn phase_secs(run: &GuestRun) -> Vec<(&'static str, f64)> {
+    run.results
+        .iter()
+        .filter_map(|r| match r {
+            WorkloadResult::Disk(d) => Some(("disk", d.ms / 1000.0)),
+            WorkloadResult::Mem(m) => Some((m.kind.as_str(), m.ms / 1000.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `phases` as one CSV field or report word: `disk=3.10 write=1.52 ...`.
+pub fn phases_text(phases: &[(&'static str, f64)]) -> String {
+    phases
+        .iter()
+        .map(|(name, secs)| format!("{name}={secs:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Runs every case under every variant, `reps` times, alternating the variants.
@@ -430,6 +455,7 @@ fn run_variant(
                 rep,
                 wall_secs: wall,
                 guest_secs: guest_secs(&run),
+                phases: phase_secs(&run),
                 swap_written: (after.1 - before.1) * 4096,
                 swap_read: (after.0 - before.0) * 4096,
                 image_read: 0,
@@ -514,6 +540,7 @@ fn run_variant(
                 rep,
                 wall_secs: wall,
                 guest_secs: guest_secs(&run),
+                phases: phase_secs(&run),
                 swap_written: g.bytes_written,
                 swap_read: g.bytes_read,
                 image_read: g.image_read_bytes,
@@ -602,12 +629,12 @@ pub fn vswapper_markdown(runs: &[EvalRun]) -> String {
 /// The runs as CSV, one line per run.
 pub fn vswapper_csv(runs: &[EvalRun]) -> String {
     let mut s = String::from(
-        "case,variant,rep,wall_secs,guest_secs,swap_written,swap_read,image_read,writes_avoided,false_reads_avoided,verified,balloon_secs,balloon_reached_bytes\n",
+        "case,variant,rep,wall_secs,guest_secs,swap_written,swap_read,image_read,writes_avoided,false_reads_avoided,verified,balloon_secs,balloon_reached_bytes,phases\n",
     );
     for r in runs {
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{}",
+            "{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{},{}",
             r.case,
             r.variant.name(),
             r.rep,
@@ -623,7 +650,8 @@ pub fn vswapper_csv(runs: &[EvalRun]) -> String {
                 .map_or(String::new(), |b| format!("{:.1}", b.at_secs)),
             r.balloon
                 .and_then(|b| b.reached_bytes)
-                .map_or(String::new(), |b| b.to_string())
+                .map_or(String::new(), |b| b.to_string()),
+            phases_text(&r.phases)
         );
     }
     s
@@ -640,6 +668,7 @@ mod tests {
             rep: 0,
             wall_secs: guest_secs + 2.0,
             guest_secs,
+            phases: vec![("disk", guest_secs / 2.0), ("seq", guest_secs / 2.0)],
             swap_written: written,
             swap_read: 0,
             image_read: 0,
@@ -668,7 +697,9 @@ mod tests {
             md.contains("| page-cache | kernel swap | 1 | 9.00 | 11.00 | 0.44x | 700 |"),
             "{md}"
         );
-        assert_eq!(vswapper_csv(&runs).lines().count(), 6);
+        let csv = vswapper_csv(&runs);
+        assert_eq!(csv.lines().count(), 6);
+        assert!(csv.lines().nth(1).unwrap().ends_with(",disk=1.00 seq=1.00"), "{csv}");
     }
 
     #[test]

@@ -82,8 +82,13 @@ fn exclusive_drops_what_the_guest_holds_keeps_dirty_pages_and_demotes_on_evictio
             assert_eq!(cached(f, 40 * MIB, 40 * MIB + PAGE).nr_cache, 1, "{s:?}");
             assert_eq!(cached(f, 41 * MIB - PAGE, 41 * MIB).nr_cache, 1, "{s:?}");
             assert_eq!(cached(f, 40 * MIB + PAGE, 41 * MIB - PAGE).nr_cache, 0);
-            // A read into memory that is not guest RAM leaves the cache alone.
-            assert_eq!(cached(f, 44 * MIB, 45 * MIB).nr_cache, MIB / PAGE);
+            // A read into memory that is not guest RAM leaves the cache alone (but for what
+            // the host's own reclaim takes: `most_of`).
+            let kept = cached(f, 44 * MIB, 45 * MIB).nr_cache;
+            assert!(
+                kept <= MIB / PAGE && kept >= most_of(MIB / PAGE),
+                "{kept} pages cached {s:?}"
+            );
             assert!(
                 s.host_cache_dropped_bytes >= 15 * MIB + MIB - 2 * PAGE,
                 "{s:?}"
@@ -109,7 +114,11 @@ fn the_default_host_cache_is_left_to_the_kernel() {
     run(
         "default",
         |f, s| {
-            assert_eq!(cached(f, 0, 8 * MIB).nr_cache, 8 * MIB / PAGE, "{s:?}");
+            let kept = cached(f, 0, 8 * MIB).nr_cache;
+            assert!(
+                kept <= 8 * MIB / PAGE && kept >= most_of(8 * MIB / PAGE),
+                "{kept} pages cached {s:?}"
+            );
             assert_eq!(
                 (
                     s.host_cache_dropped_bytes,

@@ -9,7 +9,8 @@ use clap::Parser;
 use memvisor_bench::managed_process::memvisor_next_to;
 use memvisor_bench::results_file::{create_results_dir, write_results_file};
 use memvisor_bench::vswapper_eval::{
-    vswapper_csv, vswapper_eval, vswapper_markdown, EvalCase, EvalVariant, VswapperEvalConfig,
+    phases_text, vswapper_csv, vswapper_eval, vswapper_markdown, EvalCase, EvalVariant,
+    VswapperEvalConfig,
 };
 use memvisor_bench::BenchError;
 use memvisor_testvm::GuestImage;
@@ -128,7 +129,7 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
     })?;
     let runs = vswapper_eval(&config, &image, |r| {
         eprintln!(
-            "{} / {} rep {}: guest {:.2} s, wall {:.2} s, swap written {} MiB, read {} MiB, image re-read {} MiB, false reads avoided {} MiB, verified {}{}",
+            "{} / {} rep {}: guest {:.2} s, wall {:.2} s, swap written {} MiB, read {} MiB, image re-read {} MiB, false reads avoided {} MiB, verified {}{}; phases (s) {}",
             r.case,
             r.variant.name(),
             r.rep,
@@ -143,7 +144,8 @@ fn run(cli: &Cli) -> Result<(), BenchError> {
                 ", balloon inflated at {:.1} s, guest down to {} MiB",
                 b.at_secs,
                 b.reached_bytes.map_or("?".into(), |r| (r >> 20).to_string())
-            ))
+            )),
+            phases_text(&r.phases)
         )
     })?;
     let md = vswapper_markdown(&runs);
