@@ -699,7 +699,10 @@ mod tests {
         );
         let csv = vswapper_csv(&runs);
         assert_eq!(csv.lines().count(), 6);
-        assert!(csv.lines().nth(1).unwrap().ends_with(",disk=1.00 seq=1.00"), "{csv}");
+        assert!(
+            csv.lines().nth(1).unwrap().ends_with(",disk=1.00 seq=1.00"),
+            "{csv}"
+        );
     }
 
     #[test]

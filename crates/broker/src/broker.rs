@@ -40,7 +40,8 @@ pub struct BrokerOptions {
     pub limits: Limits,
     /// Least budget of a process without a `--limit`.
     pub min: u64,
-    /// Most budget of a process without a `--limit` (`None`: its guest RAM, or the total).
+    /// Most budget of a process without a `--limit` (`None`: its guest RAM and room for its
+    /// code beside it, or the total).
     pub max: Option<u64>,
     /// Per-process bounds.
     pub process_limits: Vec<ProcessLimit>,
@@ -455,7 +456,11 @@ impl Broker {
         let max = own
             .and_then(|l| l.max)
             .or(o.max)
-            .unwrap_or(if guest > 0 { guest } else { o.limits.total })
+            .unwrap_or(if guest > 0 {
+                guest.saturating_add(code_room(status, guest))
+            } else {
+                o.limits.total
+            })
             .min(o.host_ram)
             .max(min);
         let mut out = vec![Claimant {
@@ -647,5 +652,64 @@ fn describe(reason: &Reason, a: &Allocation, mode: Mode, waits: &str) -> String 
             "utility: -{} for others, its next step saved {saved:.1} ms/s of {waits}",
             format_bytes(delta)
         ),
+    }
+}
+
+/// The room a process with `guest` bytes of guest RAM needs beside it for its whole guest to
+/// fit its budget: TCG's code regions get their allotments first, and all allotments together
+/// are at most a quarter of the budget, so a third of the guest (or all the code regions'
+/// size, if smaller) is enough; none without code regions (a KVM guest). The default most of
+/// a process is its guest plus this. At the guest's size alone (the default before TCG's code
+/// buffer was paged under the budget) four 192 MiB guests under `density-eval` stopped at 192M
+/// each, the code took its allotment of that, and their guest RAM paged 2,199 to 21,064 times
+/// while the broker gave the memory left to image caches. Sizes, not the allotments of the
+/// moment: a most that followed the code's allotment (which gives back a chunk each second
+/// its code pages nothing in) moved the budget with it at every decision (4M every 5 s in
+/// one run), and each change restarted the broker's measurement of that process
+/// (`docs/benchmarks.md`, density, 2026-12-06).
+fn code_room(status: &ProcessStatus, guest: u64) -> u64 {
+    let code: u64 = status
+        .regions
+        .iter()
+        .filter(|r| r.kind == "code")
+        .map(|r| r.size_bytes)
+        .fold(0, u64::saturating_add);
+    code.min(guest / 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memvisor_control::RegionStatus;
+
+    const M: u64 = 1 << 20;
+
+    fn region(kind: &str, size_bytes: u64, budget_bytes: u64) -> RegionStatus {
+        RegionStatus {
+            kind: kind.into(),
+            size_bytes,
+            budget_bytes,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_room_for_code_is_a_third_of_the_guest_or_the_code_regions_size() {
+        let status = |code: &[u64]| ProcessStatus {
+            regions: [
+                region("arena", 1 << 40, M),
+                region("guest-memfd", 192 * M, 160 * M),
+            ]
+            .into_iter()
+            .chain(code.iter().map(|&size| region("code", size, 20 * M)))
+            .collect(),
+            ..Default::default()
+        };
+        // TCG's 1 GiB buffer, or its 16 slices: a third of the guest.
+        assert_eq!(code_room(&status(&[1 << 30]), 192 * M), 64 * M);
+        assert_eq!(code_room(&status(&[64 * M; 16]), 192 * M), 64 * M);
+        // A small code region: all of it. No code region (KVM): nothing.
+        assert_eq!(code_room(&status(&[16 * M]), 192 * M), 16 * M);
+        assert_eq!(code_room(&status(&[]), 192 * M), 0);
     }
 }

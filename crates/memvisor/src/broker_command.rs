@@ -44,7 +44,8 @@ pub struct BrokerArgs {
     /// --max).
     #[arg(long, value_name = "SIZE")]
     min: Option<String>,
-    /// Most budget of a process (default: its guest RAM, else the total).
+    /// Most budget of a process (default: its guest RAM, plus a third of it, at most the code
+    /// regions' size, for TCG's code buffer; else the total).
     #[arg(long, value_name = "SIZE")]
     max: Option<String>,
     /// Bounds of one process's budget, by pid or name (QEMU's `-name guest=NAME`, else the

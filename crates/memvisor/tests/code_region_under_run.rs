@@ -54,7 +54,9 @@ impl JitRun {
 
 /// A 64 MiB code buffer under a 16 MiB budget: a `code` region whose pages go out and come
 /// back while the program calls the functions in them (and patches them, and replaces 1 MiB of
-/// them by a `MAP_FIXED` read-write-execute mapping, which stays managed); a reservation made
+/// them by a `MAP_FIXED` read-write-execute mapping, which stays managed); a buffer made
+/// accessible in four slices, each followed by a guard page (TCG with several vCPUs): four
+/// `code` regions, every page of them called and checked; a reservation made
 /// read-write in one call is a `fixed` region (over which an executable `MAP_FIXED` is refused
 /// and a read-write one reads as zeros); one made accessible in a small step first, by a
 /// raw system call (and written), or touched by `pkey_mprotect` stays the kernel's and keeps
@@ -76,15 +78,24 @@ fn code_in_a_reservation_made_executable_is_paged_and_runs() {
             "rw-exec-refused=1",
             "stepped-managed=0",
             "raw-managed=0",
-            "pkey-managed=0"
+            "pkey-managed=0",
+            "slices-managed=4",
+            "slice-guard=---p"
         ]
     );
     let status = &run.status;
     assert_within_budget(status, "at READY");
-    let code: Vec<_> = status.regions.iter().filter(|r| r.kind == "code").collect();
-    assert_eq!(code.len(), 1, "{:?}", status.regions);
+    let mut code: Vec<_> = status.regions.iter().filter(|r| r.kind == "code").collect();
+    code.sort_by_key(|r| std::cmp::Reverse(r.size_bytes));
+    let sizes: Vec<u64> = code.iter().map(|r| r.size_bytes).collect();
+    // The buffer but its guard page, and each slice but its own.
+    let slice = (4u64 << 20) - 4096;
+    assert_eq!(sizes, [(64 << 20) - 4096, slice, slice, slice, slice]);
+    // Every slice was written through its region.
+    for s in &code[1..] {
+        assert!(s.missing_faults > 0, "{s:?}");
+    }
     let code = code[0];
-    assert_eq!(code.size_bytes, (64 << 20) - 4096, "all but the guard page");
     // 64 MiB written and read twice in 16 MiB: the code went out and came back.
     assert!(code.page_outs > 0 && code.page_ins > 0, "{code:?}");
     // An allotment of at most a quarter of the budget, at least a chunk.
@@ -115,7 +126,9 @@ fn with_reservations_off_nothing_reserved_is_managed() {
             "rw-exec-refused=0",
             "stepped-managed=0",
             "raw-managed=0",
-            "pkey-managed=0"
+            "pkey-managed=0",
+            "slices-managed=0",
+            "slice-guard=---p"
         ]
     );
     assert!(

@@ -362,7 +362,9 @@ pub unsafe fn mremap(
 }
 
 /// `mprotect`: a range of an untouched reservation made read-write or read-write-execute in
-/// one call of at least `--min-region` becomes a region ([`mp::reserved_map`]); everything
+/// one call of at least `--min-region` becomes a region ([`mp::reserved_map`]; the rest of a
+/// reservation a range made read-write-execute lies in stays one, for the next slice of a
+/// code buffer made accessible in slices); everything
 /// else goes to the kernel unchanged, on managed memory too (an `mprotect` of part of a
 /// region splits its mapping, and the pager's fills of whole chunks do not cross such a
 /// split: see the crate's README).
@@ -378,12 +380,15 @@ pub unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
         return pass();
     }
     let len = page_round(len);
-    // Forgets the reservations the range meets, whatever happens next.
-    let claim = RESERVATIONS.claim(a, len);
     let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let large = len >= MIN_REGION.load(Ordering::Acquire);
+    // Forgets the reservations the range meets, whatever happens next; but for a large range
+    // made executable, what follows it in its reservation (the next slices of a code buffer
+    // made accessible in slices, TCG with several vCPUs).
+    let claim = RESERVATIONS.claim(a, len, large && prot == rw | libc::PROT_EXEC);
     if claim == Claim::Untouched
         && (prot == rw || prot == rw | libc::PROT_EXEC)
-        && len >= MIN_REGION.load(Ordering::Acquire)
+        && large
         && !gets_no_managed_memory()
     {
         if let Some(_guard) = ShimGuard::enter() {

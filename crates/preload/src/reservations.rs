@@ -106,8 +106,14 @@ impl Reservations {
     /// The program makes `[start, start + len)` accessible: [`Claim::Untouched`] if the range
     /// lies inside one untouched reservation. Either way every reservation the range meets
     /// is forgotten (the caller either manages the range or lets the kernel make part of the
-    /// reservation accessible).
-    pub fn claim(&self, start: usize, len: usize) -> Claim {
+    /// reservation accessible), except, with `keep_rest`, the part of the reservation after
+    /// the range, which the call does not concern: it stays recorded, untouched still, in
+    /// the same hold of the lock (so a mapping another thread makes there meanwhile forgets
+    /// it as any). QEMU's TCG with more than one vCPU makes its code buffer accessible in
+    /// slices, each by one `mprotect` and each followed by a guard page it leaves `PROT_NONE`
+    /// (16 slices of 64 MiB less a page for `-smp 2`): with the rest kept, every slice can
+    /// become a region. A rest that finds the table full is not kept.
+    pub fn claim(&self, start: usize, len: usize, keep_rest: bool) -> Claim {
         if self.count.load(Ordering::Acquire) == 0 || len == 0 {
             return Claim::No;
         }
@@ -117,12 +123,20 @@ impl Reservations {
         let mut spans = self.lock();
         let inside = spans
             .iter()
-            .any(|s| *s != (0, 0) && s.0 <= start && end <= s.1);
+            .find(|s| **s != (0, 0) && s.0 <= start && end <= s.1)
+            .map(|s| s.1);
         self.forget_locked(&mut spans, start, end);
-        if inside {
-            Claim::Untouched
-        } else {
-            Claim::No
+        match inside {
+            Some(rest_end) => {
+                if keep_rest && end < rest_end {
+                    if let Some(slot) = spans.iter_mut().find(|s| **s == (0, 0)) {
+                        *slot = (end, rest_end);
+                        self.count.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+                Claim::Untouched
+            }
+            None => Claim::No,
         }
     }
 
@@ -147,9 +161,9 @@ mod tests {
     fn a_range_inside_an_untouched_reservation_is_claimed_once() {
         let r = Reservations::new();
         assert!(r.record(100 * M, 64 * M));
-        assert_eq!(r.claim(100 * M, 64 * M - 4096), Claim::Untouched);
+        assert_eq!(r.claim(100 * M, 64 * M - 4096, false), Claim::Untouched);
         // The rest of it (the guard page) is no longer untouched.
-        assert_eq!(r.claim(164 * M - 4096, 4096), Claim::No);
+        assert_eq!(r.claim(164 * M - 4096, 4096, false), Claim::No);
         assert!(r.is_empty());
     }
 
@@ -158,30 +172,30 @@ mod tests {
         let r = Reservations::new();
         r.record(100 * M, 64 * M);
         // An mprotect straddling its end is not inside it, and forgets it.
-        assert_eq!(r.claim(160 * M, 8 * M), Claim::No);
-        assert_eq!(r.claim(100 * M, 16 * M), Claim::No);
+        assert_eq!(r.claim(160 * M, 8 * M, false), Claim::No);
+        assert_eq!(r.claim(100 * M, 16 * M, false), Claim::No);
 
         r.record(200 * M, 64 * M);
         r.forget(210 * M, 4096); // a MAP_FIXED or munmap inside it
-        assert_eq!(r.claim(200 * M, 8 * M), Claim::No);
+        assert_eq!(r.claim(200 * M, 8 * M, false), Claim::No);
 
         // A small first step (an allocator growing a heap; too small to manage) is claimed and
         // forgets the whole reservation: a later large mprotect may cover data written
         // through it.
         r.record(300 * M, 64 * M);
-        assert_eq!(r.claim(300 * M, 132 * 1024), Claim::Untouched);
-        assert_eq!(r.claim(300 * M, 32 * M), Claim::No);
+        assert_eq!(r.claim(300 * M, 132 * 1024, false), Claim::Untouched);
+        assert_eq!(r.claim(300 * M, 32 * M, false), Claim::No);
     }
 
     #[test]
     fn ranges_outside_every_reservation_are_not_claimed_and_forget_nothing() {
         let r = Reservations::new();
         r.record(100 * M, 64 * M);
-        assert_eq!(r.claim(10 * M, 64 * M), Claim::No);
+        assert_eq!(r.claim(10 * M, 64 * M, false), Claim::No);
         r.forget(164 * M, M);
         r.forget(99 * M, M);
         assert_eq!(r.len(), 1);
-        assert_eq!(r.claim(100 * M, M), Claim::Untouched);
+        assert_eq!(r.claim(100 * M, M, false), Claim::Untouched);
     }
 
     #[test]
@@ -194,7 +208,7 @@ mod tests {
         assert_eq!(r.len(), MAX_RESERVATIONS);
         assert!(!r.record(usize::MAX - 4095, 8192));
         assert!(!r.record(5 * M, 0));
-        assert_eq!(r.claim(usize::MAX - 4095, 8192), Claim::No);
+        assert_eq!(r.claim(usize::MAX - 4095, 8192, false), Claim::No);
         r.forget(0, usize::MAX);
         assert!(r.is_empty());
     }
@@ -205,7 +219,36 @@ mod tests {
         r.record(100 * M, 64 * M);
         r.record(120 * M, 8 * M);
         assert_eq!(r.len(), 1);
-        assert_eq!(r.claim(100 * M, 4 * M), Claim::No);
-        assert_eq!(r.claim(120 * M, 8 * M), Claim::Untouched);
+        assert_eq!(r.claim(100 * M, 4 * M, false), Claim::No);
+        assert_eq!(r.claim(120 * M, 8 * M, false), Claim::Untouched);
+    }
+
+    #[test]
+    fn with_the_rest_kept_every_slice_of_a_reservation_is_claimed() {
+        // TCG's slices: 4 of 16 MiB, each made accessible but for its last page (the guard).
+        let r = Reservations::new();
+        r.record(100 * M, 64 * M);
+        for k in 0..4 {
+            let start = 100 * M + k * 16 * M;
+            assert_eq!(
+                r.claim(start, 16 * M - 4096, true),
+                Claim::Untouched,
+                "slice {k}"
+            );
+            assert_eq!(r.len(), 1, "the guard page onwards stays recorded");
+        }
+        // The last slice's guard page is all that is left.
+        assert_eq!(r.claim(164 * M - 4096, 4096, true), Claim::Untouched);
+        assert!(r.is_empty());
+        // A mapping made in the rest forgets it, as any reservation.
+        r.record(200 * M, 32 * M);
+        assert_eq!(r.claim(200 * M, 8 * M, true), Claim::Untouched);
+        r.forget(216 * M, 4096);
+        assert_eq!(r.claim(208 * M, 8 * M, true), Claim::No);
+        // Without keep_rest the rest goes with its reservation.
+        r.record(300 * M, 32 * M);
+        assert_eq!(r.claim(300 * M, 8 * M, false), Claim::Untouched);
+        assert_eq!(r.claim(308 * M, 8 * M, false), Claim::No);
+        assert!(r.is_empty());
     }
 }

@@ -21,6 +21,10 @@
  *                    by mprotect: not managed (it holds pages), the data kept;
  *                 5. a reservation touched by pkey_mprotect (key -1: protection only), then
  *                    made read-write by mprotect: not managed, although it holds no page;
+ *                 6. a code buffer made accessible in 4 slices of 4 MiB, each by one
+ *                    mprotect but for its last page (TCG with several vCPUs): every slice
+ *                    managed, its guard page not; a function and pattern in every page,
+ *                    each page's own, called and checked;
  *                 prints what is managed, READY PID, waits for stdin to close, checks
  *                 everything again and prints OK.
  * Every failure prints "FAIL: what" and exits 2. */
@@ -112,6 +116,22 @@ static void check_code(unsigned char *base, size_t pages, int patched, const cha
     for (size_t i = 0; i < pages; i++) check_page(base, i, patched, when);
     /* A stride that visits every page once: 769 is prime and divides no page count used. */
     for (size_t n = 0, i = 0; n < pages; n++, i = (i + 769) % pages) check_page(base, i, patched, when);
+}
+
+#define SLICES 4UL
+#define SLICE (4 * MIB)
+
+/* Whether page i of the sliced buffer is a slice's guard page (its last). */
+static int is_slice_guard(size_t i) {
+    return i % (SLICE / PAGE) == SLICE / PAGE - 1;
+}
+
+/* Calls and checks every page of the sliced buffer but the guard pages, in order and in a
+ * stride that crosses the slices. */
+static void check_slices(unsigned char *base, const char *when) {
+    size_t pages = SLICES * SLICE / PAGE;
+    for (size_t n = 0, i = 0; n < 2 * pages; n++, i = n < pages ? n : (i + 769) % pages)
+        if (!is_slice_guard(i)) check_page(base, i, 0, when);
 }
 
 static void fill_data(uint64_t *p, size_t len, uint64_t seed) {
@@ -208,6 +228,21 @@ int main(int argc, char **argv) {
     if (mprotect(pk, 24 * MIB, PROT_READ | PROT_WRITE)) fail("mprotect after pkey_mprotect");
     printf("pkey-managed=%d\n", managed((uintptr_t)pk));
 
+    /* 6. A code buffer made accessible in slices, each followed by its guard page. */
+    unsigned char *sl = reserve(SLICES * SLICE);
+    int slices_managed = 0;
+    for (size_t k = 0; k < SLICES; k++) {
+        if (mprotect(sl + k * SLICE, SLICE - PAGE, PROT_READ | PROT_WRITE | PROT_EXEC))
+            fail("mprotect RWX slice");
+        slices_managed += managed((uintptr_t)(sl + k * SLICE));
+    }
+    printf("slices-managed=%d\n", slices_managed);
+    mapping_of((uintptr_t)sl + SLICE - PAGE, perms, name, sizeof name);
+    printf("slice-guard=%s\n", perms);
+    for (size_t i = 0; i < SLICES * SLICE / PAGE; i++)
+        if (!is_slice_guard(i)) write_page(sl, i, 0);
+    check_slices(sl, "after the first writes");
+
     printf("READY %d\n", (int)getpid());
     fflush(stdout);
     char buf[256];
@@ -217,6 +252,7 @@ int main(int argc, char **argv) {
     check_data(rw, rw_len, 11, "read-write reservation after the hold");
     check_data(heap, 24 * MIB, 29, "stepped reservation after the hold");
     check_data(raw, 16 * MIB, 31, "raw reservation after the hold");
+    check_slices(sl, "after the hold");
     printf("OK\n");
     fflush(stdout);
     return 0;
