@@ -258,14 +258,8 @@ fn vmstat_swap() -> Result<(u64, u64), BenchError> {
     Ok((field(&t, "pswpin"), field(&t, "pswpout")))
 }
 
-/// The guest's phase times, seconds.
-fn guest_secs(run: &GuestRun) -> f64 {
-    let disk: f64 = run.disk_phases().map(|p| p.ms).sum();
-    let mem: f64 = run.mem_phases().map(|p| p.ms).sum();
-    (disk + mem) / 1000.0
-}
-
-/// The guest's phases in order, each as its name and seconds.
+/// The guest's phases in order, each as its name and seconds (their sum is the guest's time,
+/// boot excluded).
 fn phase_secs(run: &GuestRun) -> Vec<(&'static str, f64)> {
     run.results
         .iter()
@@ -449,13 +443,14 @@ fn run_variant(
             let wall = started.elapsed().as_secs_f64();
             let after = vmstat_swap()?;
             drop(cgroup);
+            let phases = phase_secs(&run);
             EvalRun {
                 case: case.name,
                 variant,
                 rep,
                 wall_secs: wall,
-                guest_secs: guest_secs(&run),
-                phases: phase_secs(&run),
+                guest_secs: phases.iter().map(|p| p.1).sum(),
+                phases,
                 swap_written: (after.1 - before.1) * 4096,
                 swap_read: (after.0 - before.0) * 4096,
                 image_read: 0,
@@ -534,13 +529,14 @@ fn run_variant(
                 .ok_or_else(|| {
                     BenchError::bad("run", label, "memvisor stat never showed guest RAM")
                 })?;
+            let phases = phase_secs(&run);
             EvalRun {
                 case: case.name,
                 variant,
                 rep,
                 wall_secs: wall,
-                guest_secs: guest_secs(&run),
-                phases: phase_secs(&run),
+                guest_secs: phases.iter().map(|p| p.1).sum(),
+                phases,
                 swap_written: g.bytes_written,
                 swap_read: g.bytes_read,
                 image_read: g.image_read_bytes,

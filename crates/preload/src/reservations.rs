@@ -75,6 +75,16 @@ impl Reservations {
         // A fresh mapping replaced whatever was there (the kernel chose the address, so
         // nothing was): drop stale entries it overlaps all the same.
         self.forget_locked(&mut spans, start, end);
+        self.insert_locked(&mut spans, start, end)
+    }
+
+    /// Puts `[start, end)` in a free slot; false if there is none.
+    fn insert_locked(
+        &self,
+        spans: &mut [(usize, usize); MAX_RESERVATIONS],
+        start: usize,
+        end: usize,
+    ) -> bool {
         let Some(slot) = spans.iter_mut().find(|s| **s == (0, 0)) else {
             return false;
         };
@@ -129,10 +139,7 @@ impl Reservations {
         match inside {
             Some(rest_end) => {
                 if keep_rest && end < rest_end {
-                    if let Some(slot) = spans.iter_mut().find(|s| **s == (0, 0)) {
-                        *slot = (end, rest_end);
-                        self.count.fetch_add(1, Ordering::AcqRel);
-                    }
+                    self.insert_locked(&mut spans, end, rest_end);
                 }
                 Claim::Untouched
             }
