@@ -17,8 +17,9 @@
 //!   memory would save (refaults of evicted chunks or blocks), so a donor's loss is estimated
 //!   from its curve at its current budget and from the last curve measured when its budget
 //!   was lower ([`Claimant::below`]: what the top of its budget saves; a working set that just
-//!   fits refaults nothing above it), over all that a move would take from it; a claimant
-//!   not measured at its present size yet gives nothing. The broker climbs the hill a step
+//!   fits refaults nothing above it), over all that a move would take from it (a donor's
+//!   second move in one decision is priced from where its first left it); a claimant not
+//!   measured at its present size yet gives nothing. The broker climbs the hill a step
 //!   at a time, as Cliffhanger does with shadow queues (Cidon et al., NSDI 2016), and a
 //!   donor that starts to refault wins its memory back at the next decision. The rate limit
 //!   bounds what one decision moves, and in the exchange a donor gives at most an eighth of
@@ -107,21 +108,30 @@ pub struct Claimant {
 }
 
 impl Claimant {
-    /// Milliseconds per second (per byte) that taking `step` bytes away would cost: the most
-    /// of what `step` bytes more would save (its curve) and what its curve from below says
-    /// the top `step` bytes of its budget save. Over the whole amount taken, not one step
-    /// extrapolated: the top step of a loop that fits saves nothing, the next few its cliff.
-    fn loss_per_byte(&self, step: u64) -> f64 {
-        let above = self.curve.as_ref().map_or(0.0, |c| c.saved_with(step));
-        let below = self.below.as_ref().map_or(0.0, |(offset, c)| {
-            let x = step.min(*offset);
+    /// What taking `x` bytes more costs per byte (ms/s per byte), once `taken` bytes have been
+    /// taken from it in this decision: the most of what `x` bytes more would save (its curve,
+    /// the first guess at what the top of its budget saves) and what its curve from below
+    /// says the next `x` bytes under those `taken` save (`lost_below`). Over the whole amount
+    /// taken, not one step extrapolated: the top step of a loop that fits saves nothing, the
+    /// next few its cliff; and a donor asked twice in one decision is priced from where its
+    /// first move left it, not from its top again.
+    fn loss_per_byte(&self, taken: u64, x: u64) -> f64 {
+        let above = self.curve.as_ref().map_or(0.0, |c| c.saved_with(x));
+        let below = self.lost_below(taken + x) - self.lost_below(taken);
+        above.max(below) / x.max(1) as f64
+    }
+
+    /// Milliseconds per second that the top `taken` bytes of its budget save, by the curve
+    /// measured when its budget was lower (beyond that curve's offset, its last step's slope
+    /// goes on); nothing without one. Non-decreasing in `taken`.
+    fn lost_below(&self, taken: u64) -> f64 {
+        self.below.as_ref().map_or(0.0, |(offset, c)| {
+            let x = taken.min(*offset);
             if x == 0 {
                 return 0.0;
             }
-            // Beyond the offset the last step's slope goes on.
-            (c.saved_with(*offset) - c.saved_with(offset - x)) * step as f64 / x as f64
-        });
-        above.max(below) / step as f64
+            (c.saved_with(*offset) - c.saved_with(offset - x)) * taken as f64 / x as f64
+        })
     }
 }
 
@@ -350,8 +360,9 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     let step = limits.step;
     let flat = UtilityCurve::from_points(step, &[], 0.0);
     let curve = |i: usize| claimants[i].curve.as_ref().unwrap_or(&flat);
-    // What giving back one step costs each, per byte.
-    let loss_per_byte = |i: usize| claimants[i].loss_per_byte(step);
+    // What each has given up in this decision so far, and what its next step costs per byte.
+    let taken = |i: usize, to: &[u64]| claimants[i].current.saturating_sub(to[i]);
+    let loss_per_byte = |i: usize, to: &[u64]| claimants[i].loss_per_byte(taken(i, to), step);
     let mut to: Vec<u64> = claimants
         .iter()
         .map(|c| c.current.clamp(c.min, c.max))
@@ -373,16 +384,16 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     while sum > limits.total {
         let Some(i) = (0..n)
             .filter(|&i| to[i] > claimants[i].min)
-            .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)))
+            .min_by(|&a, &b| loss_per_byte(a, &to).total_cmp(&loss_per_byte(b, &to)))
         else {
             break; // cannot happen: the minimums fit
         };
         let cut = (to[i] - claimants[i].min).min(step).min(sum - limits.total);
+        reason[i] = Reason::Fit {
+            saved: loss_per_byte(i, &to) * step as f64,
+        };
         to[i] -= cut;
         sum -= cut;
-        reason[i] = Reason::Fit {
-            saved: loss_per_byte(i) * step as f64,
-        };
     }
 
     // Gain beyond the current budget (what `to` already adds above it).
@@ -408,7 +419,8 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
     // that is cheap enough over the whole amount given.
     let givable = |j: usize, to: &[u64], ratio: f64| -> u64 {
         let spare = to[j].saturating_sub(claimants[j].min);
-        let cheap = |x: u64| claimants[j].loss_per_byte(x) * (1.0 + limits.margin) < ratio;
+        let cheap =
+            |x: u64| claimants[j].loss_per_byte(taken(j, to), x) * (1.0 + limits.margin) < ratio;
         if spare == 0 || cheap(spare) {
             return spare;
         }
@@ -497,7 +509,7 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
                 .filter(|&i| i != r && grown[i] == 0 && claimants[i].curve.is_some())
                 .filter(|&i| to[i] >= claimants[i].min + least.max(step))
                 .filter(|&i| gave[i] + least.max(step) <= most_given[i])
-                .min_by(|&a, &b| loss_per_byte(a).total_cmp(&loss_per_byte(b)));
+                .min_by(|&a, &b| loss_per_byte(a, &to).total_cmp(&loss_per_byte(b, &to)));
             let Some(d) = d else { continue };
             let mut x = x_full
                 .max(least)
@@ -517,7 +529,8 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
             };
             // The donor's loss over all it gives: halve the move until it pays.
             while x >= least.max(step)
-                && gain_per_byte(x) <= claimants[d].loss_per_byte(x) * (1.0 + limits.margin)
+                && gain_per_byte(x)
+                    <= claimants[d].loss_per_byte(taken(d, &to), x) * (1.0 + limits.margin)
             {
                 x = x / 2 / step * step;
             }
@@ -526,7 +539,7 @@ fn by_utility(limits: &Limits, claimants: &[Claimant]) -> Vec<Allocation> {
             }
             reason[r] = reason_gain(r, &to, x_full.max(x), start[r]);
             reason[d] = Reason::Donor {
-                saved: loss_per_byte(d) * step as f64,
+                saved: loss_per_byte(d, &to) * step as f64,
             };
             to[r] += x;
             to[d] -= x;
@@ -801,6 +814,25 @@ mod tests {
     }
 
     #[test]
+    fn a_donor_asked_twice_in_one_decision_is_priced_from_where_its_first_move_left_it() {
+        // Measured 128 MiB lower, the donor's top 32 MiB saved nothing and the 16 MiB under
+        // them 100 ms/s (a loop's cliff). Two receivers each ask for 32 MiB at 10 ms/s per
+        // 16 MiB; an eighth of the donor's 512 MiB would let it give 64 MiB.
+        let mut donor = claimant(1, 512 * M, Some(knee(0.0, 0)));
+        donor.below = Some((128 * M, cliff(6, 100.0)));
+        let wants = cliff(2, 20.0);
+        let cs = vec![
+            donor,
+            claimant(2, 128 * M, Some(wants.clone())),
+            claimant(3, 128 * M, Some(wants)),
+        ];
+        let a = partition(Mode::Utility, &limits(768 * M), &cs).unwrap();
+        // The first 32 MiB are free; the next 32 MiB would cross the cliff, so the second
+        // receiver gets nothing (priced from the top again, it got them: [448, 160, 160]).
+        assert_eq!(budgets(&a), vec![480, 160, 128]);
+    }
+
+    #[test]
     fn a_donor_loses_what_all_it_gives_saves_not_its_top_step() {
         // A loop grown from 160 MiB to 288 MiB: measured at 160 MiB, 80 MiB more saved all
         // its 972 ms/s, so its top 48 MiB save nothing and the 80 MiB under them everything.
@@ -990,7 +1022,12 @@ mod tests {
                         max,
                         weight: 1 + next(1 << 30),
                         curve,
-                        below: None,
+                        below: (next(3) == 0).then(|| {
+                            (
+                                (1 + next(8)) * 16 * M,
+                                knee(next(100) as f64, next(8) as usize),
+                            )
+                        }),
                     }
                 })
                 .collect();
