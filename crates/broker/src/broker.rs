@@ -668,12 +668,7 @@ fn describe(reason: &Reason, a: &Allocation, mode: Mode, waits: &str) -> String 
 /// one run), and each change restarted the broker's measurement of that process
 /// (`docs/benchmarks.md`, density, 2026-12-06).
 fn code_room(status: &ProcessStatus, guest: u64) -> u64 {
-    let code: u64 = status
-        .regions
-        .iter()
-        .filter(|r| r.kind == "code")
-        .map(|r| r.size_bytes)
-        .fold(0, u64::saturating_add);
+    let code = status.total(|r| if r.kind == "code" { r.size_bytes } else { 0 });
     code.min(guest / 3)
 }
 
