@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use memvisor_control::{socket_dir, RegionStatus};
 use memvisor_testvm::{
-    qemu_binary, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend, RunningGuest,
-    WorkloadResult,
+    qemu_binary, DiskAio, DiskCache, DiskConfig, GuestConfig, GuestImage, GuestRun, MemoryBackend,
+    RunningGuest, WorkloadResult,
 };
 
 use crate::balloon_trigger::{BalloonInflation, BalloonTrigger};
@@ -207,6 +207,8 @@ pub struct VswapperEvalConfig {
     /// variant cannot be throttled the same way (its swap writes are issued by reclaim, not
     /// charged to QEMU's group), so it is refused with this.
     pub throttle_bps: Option<u64>,
+    /// How QEMU submits disk I/O (`aio=`; `native` with `cache=none`, as QEMU requires).
+    pub disk_aio: DiskAio,
 }
 
 /// A cgroup v1 blkio group limiting reads and writes on one device, removed on drop.
@@ -311,7 +313,11 @@ pub fn vswapper_eval(
                 .backend(MemoryBackend::Memfd)
                 .timeout(Duration::from_secs(1800));
             if case.disk_mib > 0 {
-                g = g.disk(DiskConfig::new(&disk));
+                let mut d = DiskConfig::new(&disk).aio(config.disk_aio);
+                if config.disk_aio == DiskAio::Native {
+                    d = d.cache(DiskCache::None);
+                }
+                g = g.disk(d);
             }
             for a in &case.kernel_args {
                 g = g.kernel_arg(*a);

@@ -8,49 +8,13 @@
 
 mod common;
 
-use std::ffi::OsStr;
-use std::io::Write;
-
 use common::*;
 
 const MIB: usize = 1 << 20;
 
-/// The image the C program expects: byte `(o * 7 + (o >> 12)) & 0xff` at offset `o`.
-fn write_image(path: &std::path::Path, mib: usize) {
-    let data: Vec<u8> = (0..mib * MIB)
-        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
-        .collect();
-    std::fs::write(path, data).unwrap();
-}
-
 fn run(mapper: &str) -> memvisor_control::RegionStatus {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = compile_c("image_io_workload", tmp.path());
-    let image = tmp.path().join("disk.img");
-    write_image(&image, 48);
-    let ctl = tmp.path().join("ctl");
-    let (mut child, mut out) = spawn_run(
-        &ctl,
-        &["--budget", "24M", "--swap-mapper", mapper],
-        tmp.path(),
-        &[prog.as_os_str(), image.as_os_str(), OsStr::new("96")],
-    );
-    let (pid, _) = wait_ready(&mut out);
-    let st = stat_json(&ctl, &pid);
-    let guest = st
-        .regions
-        .iter()
-        .find(|r| r.kind == "guest-memfd")
-        .cloned()
-        .unwrap_or_else(|| panic!("no guest-memfd region: {st:?}"));
-    child.stdin.take().unwrap().flush().unwrap();
-    expect_ok_exit(child, out);
-    assert_eq!(
-        guest.read_errors + guest.write_errors + guest.poisoned_chunks,
-        0,
-        "{guest:?}"
-    );
-    guest
+    run_image_workload("image_io_workload", mapper, tmp.path())
 }
 
 #[test]

@@ -5,9 +5,10 @@
 //! (another thread's fault needing room) would punch the page from the region's memfd, and the
 //! device's data would land outside the region (`memvisor_pager::DirectIoPin` has the details).
 //! QEMU reads disk images this way into guest RAM with `cache=none` (or `cache.direct=on`) and
-//! `aio=threads`; any program may into memory of its arena. Reads submitted without a library
-//! call (`aio=native`'s `io_submit`, `aio=io_uring`) cannot be seen, so cannot be pinned: see
-//! the crate README.
+//! `aio=threads`; any program may into memory of its arena. `aio=native`'s reads are pinned
+//! at `io_submit` and held until their completions show in the context's ring
+//! ([`crate::aio_in_flight`]); `aio=io_uring`'s are submitted without a library call, so cannot
+//! be pinned: see the crate README.
 
 use crate::managed_process::{self as mp, ACTIVE};
 use std::sync::atomic::Ordering;
@@ -46,5 +47,10 @@ impl DirectIoReads {
             }
         }
         reads
+    }
+
+    /// Whether nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.inline[0].is_none()
     }
 }

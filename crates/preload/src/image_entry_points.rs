@@ -19,7 +19,7 @@ use crate::raw_calls::{self as real, set_errno};
 ///
 /// `iov` points to `iovcnt` readable iovecs if `iovcnt` is in `1..=IOV_MAX`, alive and
 /// unchanged while the slice is used.
-unsafe fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> &'a [iovec] {
+pub(crate) unsafe fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> &'a [iovec] {
     if iov.is_null() || !(1..=1024).contains(&iovcnt) {
         return &[];
     }

@@ -31,11 +31,14 @@
 //!   its CAR model, whose victims leave the host cache. `O_DIRECT` I/O outside guest RAM is
 //!   not told; `O_DIRECT` reads into guest RAM still are (nothing is cached to drop).
 //!
-//! Not seen: `aio=native` (`io_submit`) and `aio=io_uring` requests, which the kernel completes
-//! without a library call, and plain `write`/`writev` at the file position. Their reads into
-//! guest RAM are paged in as usual (no association is made), and a write that changes an
-//! associated block without being seen is caught by the block's checksum at its next page-in
-//! (SIGBUS, never wrong data).
+//! `aio=native` requests (`io_submit`) take the same steps, split at submission and
+//! completion ([`start_read`], [`PendingRead::finish`], [`start_change`]; see
+//! [`crate::aio_entry_points`]).
+//!
+//! Not seen: `aio=io_uring` requests, which the kernel completes without a library call, and
+//! plain `write`/`writev` at the file position. Their reads into guest RAM are paged in as
+//! usual (no association is made), and a write that changes an associated block without being
+//! seen is caught by the block's checksum at its next page-in (SIGBUS, never wrong data).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -305,12 +308,71 @@ pub fn read(
     flags: c_int,
     real: impl FnOnce() -> isize,
 ) -> isize {
-    if offset < 0 || flags & libc::RWF_NOWAIT != 0 || !mp::has_fixed() || !watching_reads() {
+    if !read_into_guest_possible(offset, flags) {
         return other_read(fd, offset, real);
     }
     let Some(guard) = ShimGuard::enter() else {
         return real();
     };
+    match start_read(fd, iov, offset) {
+        ReadStart::OtherMemory => {
+            drop(guard);
+            other_read(fd, offset, real)
+        }
+        ReadStart::NotAnImage => real(),
+        ReadStart::GuestRam(pending) => {
+            let started = std::time::Instant::now();
+            let n = real();
+            let nanos = started.elapsed().as_nanos() as u64;
+            let saved = errno();
+            pending.finish(n, nanos);
+            // Nothing without a limit.
+            if n > 0 {
+                pending.image.advise_readahead(fd, n as u64);
+            }
+            set_errno(saved);
+            n
+        }
+    }
+}
+
+/// Whether a read at `offset` with `preadv2` flags `flags` may be one into guest RAM that the
+/// library acts on (the process has fixed regions and its reads are looked at).
+pub fn read_into_guest_possible(offset: i64, flags: c_int) -> bool {
+    offset >= 0 && flags & libc::RWF_NOWAIT == 0 && mp::has_fixed() && watching_reads()
+}
+
+/// What [`start_read`] found a read to be.
+pub enum ReadStart {
+    /// None of its buffers is guest RAM.
+    OtherMemory,
+    /// Into guest RAM, but from something other than a regular file.
+    NotAnImage,
+    /// Into guest RAM from an image: the false-read preventer has run; the read's result goes
+    /// to [`PendingRead::finish`].
+    GuestRam(PendingRead),
+}
+
+/// A read of an image into guest RAM that was started ([`start_read`]) and whose result is
+/// not known yet.
+pub struct PendingRead {
+    image: Arc<ImageFile>,
+    /// The parts of its buffers in guest RAM.
+    pieces: Vec<Piece>,
+    /// File offset of its first byte.
+    offset: u64,
+    /// Bytes it asks for.
+    total: usize,
+    /// The image's write state before it started (`None`: the mapper is off, or a write was
+    /// in flight).
+    epoch: Option<memvisor_pager::ReadEpoch>,
+}
+
+/// Starts a read of `fd` at `offset` (at least 0) into the buffers `iov`: finds the parts in
+/// guest RAM and, with the swap mapper on, maps as zeros the pages the read will overwrite
+/// whole (up to the file's end) that are not in memory. Called inside the library (a
+/// [`ShimGuard`] held), before the read is issued.
+pub fn start_read(fd: c_int, iov: &[(usize, usize)], offset: i64) -> ReadStart {
     let mut pieces = Vec::new();
     let mut total = 0usize;
     for &(base, len) in iov {
@@ -328,11 +390,10 @@ pub fn read(
         total = total.saturating_add(len);
     }
     if pieces.is_empty() {
-        drop(guard);
-        return other_read(fd, offset, real);
+        return ReadStart::OtherMemory;
     }
     let Some(image) = image_for_read(fd) else {
-        return real();
+        return ReadStart::NotAnImage;
     };
     let mapper = SWAP_MAPPER.load(Ordering::Acquire);
     let epoch = image.read_epoch().filter(|_| mapper);
@@ -354,40 +415,50 @@ pub fn read(
             r.prepare_overwrite(p.addr - start, len as usize)
         });
     }
-    let started = std::time::Instant::now();
-    let n = real();
-    let nanos = started.elapsed().as_nanos() as u64;
-    let saved = errno();
-    if n >= 0 && n as usize == total {
-        if let Some(epoch) = epoch {
-            for p in &pieces {
-                let _ = mp::with_fixed(p.slot, |r, start| {
-                    r.associate(
-                        p.addr - start,
-                        p.len,
-                        &image,
-                        offset as u64 + p.at as u64,
-                        epoch,
-                    )
-                });
+    ReadStart::GuestRam(PendingRead {
+        image,
+        pieces,
+        offset: offset as u64,
+        total,
+        epoch,
+    })
+}
+
+impl PendingRead {
+    /// The read returned `n` (bytes, or negative: failed) after `read_nanos` (0: untimed): a
+    /// complete read associates the pages it covered whole with their blocks (with the mapper
+    /// on, and no write to the image since it started), and the bytes that landed in guest RAM
+    /// are told to the image's host cache. Does not touch `errno`'s meaning for the caller,
+    /// who saves it first.
+    pub fn finish(&self, n: isize, read_nanos: u64) {
+        if n >= 0 && n as usize == self.total {
+            if let Some(epoch) = self.epoch {
+                for p in &self.pieces {
+                    let _ = mp::with_fixed(p.slot, |r, start| {
+                        r.associate(
+                            p.addr - start,
+                            p.len,
+                            &self.image,
+                            self.offset + p.at as u64,
+                            epoch,
+                        )
+                    });
+                }
+            }
+        }
+        if n > 0 {
+            // The guest holds these blocks now: an exclusive host cache drops them (under a
+            // limit, when the room is needed).
+            // The read's time goes with its first range (the model counts a miss cost once).
+            for (i, (o, l)) in guest_ranges(&self.pieces, self.offset, n as usize)
+                .into_iter()
+                .enumerate()
+            {
+                self.image
+                    .guest_holds(o, l, l, if i == 0 { read_nanos } else { 0 });
             }
         }
     }
-    if n > 0 {
-        // The guest holds these blocks now: an exclusive host cache drops them (under a
-        // limit, when the room is needed).
-        // The read's time goes with its first range (the model counts a miss cost once).
-        for (i, (o, l)) in guest_ranges(&pieces, offset as u64, n as usize)
-            .into_iter()
-            .enumerate()
-        {
-            image.guest_holds(o, l, l, if i == 0 { nanos } else { 0 });
-        }
-        // Nothing without a limit.
-        image.advise_readahead(fd, n as u64);
-    }
-    set_errno(saved);
-    n
 }
 
 /// A read of `fd` at `offset` into other memory than guest RAM, done by `real`: told to the
@@ -428,9 +499,26 @@ pub fn write<R>(fd: c_int, from: u64, to: u64, real: impl FnOnce() -> R) -> R {
     let Some(_guard) = ShimGuard::enter() else {
         return real();
     };
-    let Some(image) = known_image(fd) else {
+    let Some(image) = start_change(fd, from, to) else {
         return real();
     };
+    let r = real();
+    let saved = errno();
+    image.end_write();
+    set_errno(saved);
+    r
+}
+
+/// Starts a change to bytes `[from, to)` of `fd` (inside the library, before the change is
+/// issued): if `fd` is a known image, its write is begun and the pages associated with the
+/// blocks it touches keep their content on their own; the image is returned, and its
+/// [`ImageFile::end_write`] must follow once the change returned. `None`: not an image, or
+/// the mapper is off.
+pub fn start_change(fd: c_int, from: u64, to: u64) -> Option<Arc<ImageFile>> {
+    if !watching() || from >= to {
+        return None;
+    }
+    let image = known_image(fd)?;
     image.begin_write();
     let key = image.key();
     mp::for_each_fixed(|r| {
@@ -438,11 +526,7 @@ pub fn write<R>(fd: c_int, from: u64, to: u64, real: impl FnOnce() -> R) -> R {
             eprintln!("memvisor-preload: {e}");
         }
     });
-    let r = real();
-    let saved = errno();
-    image.end_write();
-    set_errno(saved);
-    r
+    Some(image)
 }
 
 /// The bytes `[from, to)` an `fallocate` of `mode` changes (`None`: it allocates only).

@@ -56,6 +56,10 @@
 //! is separate from the program's `malloc` (`shim_allocator`), because the program's allocator
 //! calls the interposed functions while holding its locks.
 
+pub mod aio_entry_points;
+mod aio_in_flight;
+pub mod aio_request;
+mod aio_ring;
 mod allotment_watcher;
 pub mod arena_allocator;
 pub mod budget_split;

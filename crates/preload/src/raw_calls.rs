@@ -222,3 +222,22 @@ pub unsafe fn copy_file_range(
         ) as isize
     }
 }
+
+/// `io_submit` as the kernel does it: the number of control blocks submitted, or -1 with
+/// `errno` set.
+///
+/// # Safety
+///
+/// As `io_submit(2)`: `iocbpp` points to `nr` pointers to valid control blocks whose buffers
+/// stay valid until each completes.
+pub unsafe fn io_submit(ctx: libc::c_ulong, nr: libc::c_long, iocbpp: *mut *mut c_void) -> c_long {
+    // SAFETY: the caller upholds io_submit's contract.
+    unsafe { libc::syscall(libc::SYS_io_submit, ctx, nr, iocbpp) }
+}
+
+/// `io_destroy` as the kernel does it (waits for the context's requests, then unmaps its
+/// ring): 0, or -1 with `errno` set.
+pub fn io_destroy(ctx: libc::c_ulong) -> c_long {
+    // SAFETY: io_destroy takes a context id by value; an unknown one fails with EINVAL.
+    unsafe { libc::syscall(libc::SYS_io_destroy, ctx) }
+}

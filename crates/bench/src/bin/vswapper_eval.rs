@@ -13,7 +13,7 @@ use memvisor_bench::vswapper_eval::{
     VswapperEvalConfig,
 };
 use memvisor_bench::BenchError;
-use memvisor_testvm::GuestImage;
+use memvisor_testvm::{DiskAio, GuestImage};
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +51,10 @@ struct Cli {
     /// (a slow swap disk; cgroup v1 blkio; not with the kernel variant).
     #[arg(long, value_name = "MB_PER_S")]
     throttle: Option<u64>,
+    /// How QEMU submits disk I/O: threads (its default), native (Linux AIO, with cache=none),
+    /// io_uring.
+    #[arg(long, default_value = "threads")]
+    aio: String,
     /// The memvisor binary [default: next to this one].
     #[arg(long)]
     memvisor: Option<PathBuf>,
@@ -117,6 +121,18 @@ fn config(cli: &Cli) -> Result<VswapperEvalConfig, BenchError> {
         throttle_bps: match cli.throttle {
             Some(0) => return Err(BenchError::bad("--throttle", "0", "at least 1 MB/s")),
             t => t.map(|mb| mb * 1_000_000),
+        },
+        disk_aio: match cli.aio.as_str() {
+            "threads" => DiskAio::Threads,
+            "native" => DiskAio::Native,
+            "io_uring" => DiskAio::IoUring,
+            other => {
+                return Err(BenchError::bad(
+                    "--aio",
+                    other,
+                    "expected threads, native or io_uring",
+                ))
+            }
         },
     })
 }

@@ -443,3 +443,50 @@ pub fn jemalloc_or_skip(test: &str) -> bool {
     eprintln!("SKIPPED {test}: {why}");
     false
 }
+
+/// Writes the 48 MiB disk image the VMM-like C programs (`tests/c/*image*_workload.c`) expect
+/// at `path`: byte `(o * 7 + (o >> 12)) & 0xff` at offset `o`.
+pub fn write_pattern_image(path: &Path) {
+    let data: Vec<u8> = (0..48usize << 20)
+        .map(|o| ((o * 7 + (o >> 12)) & 0xff) as u8)
+        .collect();
+    std::fs::write(path, data).unwrap();
+}
+
+/// Runs the VMM-like C program `name` (`tests/c/NAME.c`, given a pattern image and 96 MiB of
+/// memfd guest RAM) in `dir` under `memvisor run --budget 24M --swap-mapper MAPPER`, and
+/// returns its guest RAM's region status, read while the program waits after its work; the
+/// program must then exit OK, and the region have no read, write or poisoning error.
+pub fn run_image_workload(name: &str, mapper: &str, dir: &Path) -> memvisor_control::RegionStatus {
+    use std::io::Write;
+    let prog = compile_c(name, dir);
+    let image = dir.join("disk.img");
+    write_pattern_image(&image);
+    let ctl = dir.join("ctl");
+    let (mut child, mut out) = spawn_run(
+        &ctl,
+        &["--budget", "24M", "--swap-mapper", mapper],
+        dir,
+        &[
+            prog.as_os_str(),
+            image.as_os_str(),
+            std::ffi::OsStr::new("96"),
+        ],
+    );
+    let (pid, _) = wait_ready(&mut out);
+    let st = stat_json(&ctl, &pid);
+    let guest = st
+        .regions
+        .iter()
+        .find(|r| r.kind == "guest-memfd")
+        .cloned()
+        .unwrap_or_else(|| panic!("no guest-memfd region: {st:?}"));
+    child.stdin.take().unwrap().flush().unwrap();
+    expect_ok_exit(child, out);
+    assert_eq!(
+        guest.read_errors + guest.write_errors + guest.poisoned_chunks,
+        0,
+        "{guest:?}"
+    );
+    guest
+}

@@ -1,0 +1,145 @@
+//! The Linux AIO C symbols this library interposes (`libaio`'s `io_submit` and `io_destroy`,
+//! which QEMU's `aio=native` calls): each request is read ([`AioRequest`]) and acted on before
+//! the real system call, and followed until the kernel completes it ([`aio_in_flight`]). A
+//! read into managed memory pins its chunks until then; a read of an image into guest RAM gets
+//! the false-read preventer before it and its association after it; a write to an image ends
+//! the associations it overlaps first. Everything else passes through.
+//!
+//! `libaio`'s calling convention is kept: the result, or a negative errno, with `errno` left
+//! as it was.
+
+use libc::{c_int, c_long, c_ulong, c_void};
+
+use crate::aio_in_flight::{self, Submitted};
+use crate::aio_request::{AioRequest, Iocb};
+use crate::direct_io_reads::DirectIoReads;
+use crate::image_entry_points::iovecs;
+use crate::image_io::{self, ReadStart};
+use crate::managed_process::ACTIVE;
+use crate::raw_calls::{self as real, set_errno};
+use crate::shim_guard::{is_pager_thread, ShimGuard};
+
+/// Most control blocks one call is looked at for (the kernel's default `aio-max-nr`, the most
+/// requests of all contexts together; a call with more passes through unseen).
+const MOST_PER_CALL: c_long = 65536;
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `r`, a raw system call's result, in `libaio`'s convention: a failure is returned as the
+/// negative errno, and `errno` is set back to `saved`.
+fn libaio_result(r: c_long, saved: c_int) -> c_int {
+    if r < 0 {
+        let e = errno();
+        set_errno(saved);
+        -e
+    } else {
+        r as c_int
+    }
+}
+
+/// What the library does for one request before it is submitted.
+fn prepare(iocb: usize, request: AioRequest) -> Option<Submitted> {
+    match request {
+        AioRequest::Read {
+            fd,
+            offset,
+            flags,
+            buffers,
+        } => {
+            let pins = DirectIoReads::pin(buffers.iter().copied());
+            let read = if image_io::read_into_guest_possible(offset, flags) {
+                match image_io::start_read(fd, &buffers, offset) {
+                    ReadStart::GuestRam(p) => Some(p),
+                    ReadStart::OtherMemory | ReadStart::NotAnImage => None,
+                }
+            } else {
+                None
+            };
+            Some(Submitted {
+                iocb,
+                pins,
+                read,
+                write: None,
+            })
+        }
+        AioRequest::Write { fd, from, to } => Some(Submitted {
+            iocb,
+            pins: DirectIoReads::default(),
+            read: None,
+            write: image_io::start_change(fd, from, to),
+        }),
+        AioRequest::Other => None,
+    }
+}
+
+/// `io_submit(3)` (`libaio`): see the module documentation.
+///
+/// # Safety
+///
+/// As `io_submit(2)`: `iocbpp` points to `nr` pointers to valid control blocks whose buffers
+/// (and iovec arrays) stay valid until each request completes.
+#[no_mangle]
+pub unsafe extern "C" fn io_submit(ctx: c_ulong, nr: c_long, iocbpp: *mut *mut c_void) -> c_int {
+    let saved = errno();
+    let submit = || {
+        // SAFETY: the program's own arguments, passed on as given.
+        libaio_result(unsafe { real::io_submit(ctx, nr, iocbpp) }, saved)
+    };
+    if !ACTIVE.load(std::sync::atomic::Ordering::Acquire)
+        || !(1..=MOST_PER_CALL).contains(&nr)
+        || iocbpp.is_null()
+        || is_pager_thread()
+    {
+        return submit();
+    }
+    let Some(_guard) = ShimGuard::enter() else {
+        return submit();
+    };
+    // SAFETY: the program passes `nr` control block pointers at `iocbpp`, unchanged during
+    // the call.
+    let blocks = unsafe { std::slice::from_raw_parts(iocbpp as *const *const Iocb, nr as usize) };
+    let mut requests = Vec::new();
+    for &b in blocks {
+        if b.is_null() {
+            break; // the kernel stops there too (EFAULT)
+        }
+        // SAFETY: a control block of the program, valid for the call (see above).
+        let iocb = unsafe { *b };
+        let request = AioRequest::parse(&iocb, |at, n| {
+            // SAFETY: a vectored request's `aio_buf` points to its `aio_nbytes` iovecs, valid
+            // until it completes (the program's contract with the kernel).
+            unsafe { iovecs(at as *const libc::iovec, n as c_int) }.to_vec()
+        });
+        requests.extend(prepare(b as usize, request));
+    }
+    aio_in_flight::register(ctx as usize, requests);
+    let r = submit();
+    let taken = r.max(0) as usize;
+    if taken < blocks.len() {
+        let left: Vec<usize> = blocks[taken..].iter().map(|&b| b as usize).collect();
+        aio_in_flight::withdraw(ctx as usize, &left);
+    }
+    set_errno(saved);
+    r
+}
+
+/// `io_destroy(3)` (`libaio`): the context's requests the library follows are finished once
+/// the kernel has waited for them, and its ring is never read again.
+///
+/// # Safety
+///
+/// As `io_destroy(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn io_destroy(ctx: c_ulong) -> c_int {
+    let saved = errno();
+    let Some(_guard) = ShimGuard::enter() else {
+        return libaio_result(real::io_destroy(ctx), saved);
+    };
+    let left = aio_in_flight::destroying(ctx as usize);
+    let r = libaio_result(real::io_destroy(ctx), saved);
+    aio_in_flight::finish_destroyed(left);
+    set_errno(saved);
+    r
+}
