@@ -403,14 +403,6 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
             args.on_swap_full
         ));
     }
-    if let Some(drive) = unpinnable_direct_io(&args.command) {
-        warnings.push(format!(
-            "QEMU option '{drive}' reads the disk with O_DIRECT through io_uring submissions, \
-             which memvisor cannot see: a page it evicts while such a read fills it would lose \
-             the read's data. Use aio=threads (QEMU's default) or aio=native with cache=none, \
-             or a cache mode without O_DIRECT."
-        ));
-    }
     let migration_in = match (&args.migration_listen, &args.migration_key) {
         (Some(addr), Some(key)) => Some(migration_destination(addr, key)?),
         _ => None,
@@ -434,29 +426,6 @@ fn plan(args: &RunArgs) -> Result<Plan, RunError> {
         host_cache,
         image_cache,
         warnings,
-    })
-}
-
-/// The first QEMU drive option in `command` that reads with `O_DIRECT` (`cache=none`,
-/// `cache=directsync`, `cache.direct=on`, `"direct": true`) through `aio=io_uring`:
-/// submissions the preload library never sees, so it cannot pin the pages the device fills
-/// against eviction (as it does for the reads of `aio=threads` and `aio=native`).
-fn unpinnable_direct_io(command: &[OsString]) -> Option<String> {
-    command.iter().skip(1).find_map(|a| {
-        let a = a.to_string_lossy();
-        let t = a.replace(' ', "");
-        let direct = [
-            "cache=none",
-            "cache=directsync",
-            "cache.direct=on",
-            "\"direct\":true",
-        ]
-        .iter()
-        .any(|d| t.contains(d));
-        let unseen = ["aio=io_uring", "\"aio\":\"io_uring\""]
-            .iter()
-            .any(|d| t.contains(d));
-        (direct && unseen).then(|| a.into_owned())
     })
 }
 
@@ -637,43 +606,7 @@ pub fn run(args: RunArgs) -> Result<u8, RunError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_micros, unpinnable_direct_io};
-    use std::ffi::OsString;
-
-    #[test]
-    fn direct_io_the_library_cannot_see_is_found() {
-        let cmd = |args: &[&str]| -> Vec<OsString> { args.iter().map(OsString::from).collect() };
-        for (args, found) in [
-            (
-                &["qemu", "-drive", "file=d.img,cache=none,aio=native"][..],
-                false,
-            ),
-            (
-                &["qemu", "-drive", "file=d.img,cache.direct=on,aio=io_uring"][..],
-                true,
-            ),
-            (
-                &[
-                    "qemu",
-                    "-blockdev",
-                    r#"{"driver":"file","aio": "io_uring","cache":{"direct":true}}"#,
-                ][..],
-                true,
-            ),
-            (&["qemu", "-drive", "file=d.img,cache=none"][..], false),
-            (&["qemu", "-drive", "file=d.img,aio=io_uring"][..], false),
-            (
-                &["qemu", "-drive", "file=d.img,cache=writeback,aio=native"][..],
-                false,
-            ),
-        ] {
-            assert_eq!(
-                unpinnable_direct_io(&cmd(args)).is_some(),
-                found,
-                "{args:?}"
-            );
-        }
-    }
+    use super::parse_micros;
 
     #[test]
     fn busy_poll_durations() {

@@ -14,7 +14,7 @@ const MIB: usize = 1 << 20;
 
 fn run(mapper: &str) -> memvisor_control::RegionStatus {
     let tmp = tempfile::tempdir().unwrap();
-    run_image_workload("image_io_workload", mapper, tmp.path())
+    run_image_workload("image_io_workload", &[], mapper, tmp.path())
 }
 
 #[test]

@@ -10,8 +10,9 @@
 
 use libc::{c_int, c_long, c_ulong, c_void};
 
-use crate::aio_in_flight::{self, Submitted};
+use crate::aio_in_flight::{self, ContextKind, Submitted};
 use crate::aio_request::{AioRequest, Iocb};
+use crate::aio_ring::AioRing;
 use crate::direct_io_reads::DirectIoReads;
 use crate::image_entry_points::iovecs;
 use crate::image_io::{self, ReadStart};
@@ -39,8 +40,10 @@ fn libaio_result(r: c_long, saved: c_int) -> c_int {
     }
 }
 
-/// What the library does for one request before it is submitted.
-fn prepare(iocb: usize, request: AioRequest) -> Option<Submitted> {
+/// What the library does for one request, known by `key` in its context, before it is
+/// submitted (for `io_submit` and for io_uring, [`crate::uring_entry_points`]). A read through
+/// a descriptor the library cannot name (`fd` -1: an io_uring registered file) is only pinned.
+pub(crate) fn prepare(key: u64, request: AioRequest) -> Option<Submitted> {
     match request {
         AioRequest::Read {
             fd,
@@ -49,7 +52,7 @@ fn prepare(iocb: usize, request: AioRequest) -> Option<Submitted> {
             buffers,
         } => {
             let pins = DirectIoReads::pin(buffers.iter().copied());
-            let read = if image_io::read_into_guest_possible(offset, flags) {
+            let read = if fd >= 0 && image_io::read_into_guest_possible(offset, flags) {
                 match image_io::start_read(fd, &buffers, offset) {
                     ReadStart::GuestRam(p) => Some(p),
                     ReadStart::OtherMemory | ReadStart::NotAnImage => None,
@@ -57,19 +60,14 @@ fn prepare(iocb: usize, request: AioRequest) -> Option<Submitted> {
             } else {
                 None
             };
-            Some(Submitted {
-                iocb,
-                pins,
-                read,
-                write: None,
-            })
+            Some(Submitted::new(key, pins, read, None))
         }
-        AioRequest::Write { fd, from, to } => Some(Submitted {
-            iocb,
-            pins: DirectIoReads::default(),
-            read: None,
-            write: image_io::start_change(fd, from, to),
-        }),
+        AioRequest::Write { fd, from, to } => Some(Submitted::new(
+            key,
+            DirectIoReads::default(),
+            None,
+            image_io::start_change(fd, from, to),
+        )),
         AioRequest::Other => None,
     }
 }
@@ -112,13 +110,14 @@ pub unsafe extern "C" fn io_submit(ctx: c_ulong, nr: c_long, iocbpp: *mut *mut c
             // until it completes (the program's contract with the kernel).
             unsafe { iovecs(at as *const libc::iovec, n as c_int) }.to_vec()
         });
-        requests.extend(prepare(b as usize, request));
+        requests.extend(prepare(b as u64, request));
     }
-    aio_in_flight::register(ctx as usize, requests);
+    let id = ctx as usize;
+    aio_in_flight::register(id, ContextKind::Aio, || AioRing::boxed(id), requests);
     let r = submit();
     let taken = r.max(0) as usize;
     if taken < blocks.len() {
-        let left: Vec<usize> = blocks[taken..].iter().map(|&b| b as usize).collect();
+        let left: Vec<u64> = blocks[taken..].iter().map(|&b| b as u64).collect();
         aio_in_flight::withdraw(ctx as usize, &left);
     }
     set_errno(saved);

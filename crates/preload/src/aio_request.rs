@@ -80,46 +80,69 @@ impl AioRequest {
     /// `address` (it returns none if it cannot give them; the request is then `Other`, and
     /// the kernel refuses it on its own).
     pub fn parse(iocb: &Iocb, iovecs: impl FnOnce(usize, usize) -> Vec<iovec>) -> Self {
-        let fd = match c_int::try_from(iocb.aio_fildes) {
-            Ok(fd) => fd,
-            Err(_) => return Self::Other,
+        let Ok(fd) = c_int::try_from(iocb.aio_fildes) else {
+            return Self::Other;
+        };
+        let reading = match iocb.aio_lio_opcode {
+            IOCB_CMD_PREAD | IOCB_CMD_PREADV if iocb.aio_offset >= 0 => true,
+            IOCB_CMD_PWRITE | IOCB_CMD_PWRITEV => false,
+            _ => return Self::Other,
         };
         let vectored = matches!(iocb.aio_lio_opcode, IOCB_CMD_PREADV | IOCB_CMD_PWRITEV);
-        let buffers: Vec<(usize, usize)> = if vectored {
-            if iocb.aio_nbytes == 0 || iocb.aio_nbytes > MAX_IOVECS || iocb.aio_buf == 0 {
-                return Self::Other;
-            }
-            let v = iovecs(iocb.aio_buf as usize, iocb.aio_nbytes as usize);
-            if v.len() != iocb.aio_nbytes as usize {
-                return Self::Other;
-            }
-            v.iter().map(|i| (i.iov_base as usize, i.iov_len)).collect()
-        } else {
-            vec![(iocb.aio_buf as usize, iocb.aio_nbytes as usize)]
+        let Some(buffers) = buffers(vectored, iocb.aio_buf, iocb.aio_nbytes, iovecs) else {
+            return Self::Other;
         };
+        Self::transfer(reading, fd, iocb.aio_offset, iocb.aio_rw_flags, buffers)
+    }
+
+    /// A read (`reading`) or write of `fd` at `offset` (negative: at the file position) with
+    /// `RWF_*` flags `flags`, through `buffers`.
+    pub fn transfer(
+        reading: bool,
+        fd: c_int,
+        offset: i64,
+        flags: c_int,
+        buffers: Vec<(usize, usize)>,
+    ) -> Self {
+        if reading {
+            return Self::Read {
+                fd,
+                offset,
+                flags,
+                buffers,
+            };
+        }
         let len = buffers
             .iter()
             .fold(0u64, |t, &(_, l)| t.saturating_add(l as u64));
-        match iocb.aio_lio_opcode {
-            IOCB_CMD_PREAD | IOCB_CMD_PREADV if iocb.aio_offset >= 0 => Self::Read {
-                fd,
-                offset: iocb.aio_offset,
-                flags: iocb.aio_rw_flags,
-                buffers,
-            },
-            IOCB_CMD_PWRITE | IOCB_CMD_PWRITEV => {
-                let (from, to) = if iocb.aio_offset < 0 || iocb.aio_rw_flags & libc::RWF_APPEND != 0
-                {
-                    (0, u64::MAX)
-                } else {
-                    let from = iocb.aio_offset as u64;
-                    (from, from.saturating_add(len))
-                };
-                Self::Write { fd, from, to }
-            }
-            _ => Self::Other,
-        }
+        // At the file position or appending: anywhere in the file.
+        let (from, to) = if offset < 0 || flags & libc::RWF_APPEND != 0 {
+            (0, u64::MAX)
+        } else {
+            (offset as u64, (offset as u64).saturating_add(len))
+        };
+        Self::Write { fd, from, to }
     }
+}
+
+/// The `(address, length)` buffers of a request whose buffer field holds `address` and whose
+/// length field `length`: one buffer, or (`vectored`) `length` iovecs at `address`, which
+/// `iovecs` gives. `None`: no iovecs, too many, or not given.
+pub fn buffers(
+    vectored: bool,
+    address: u64,
+    length: u64,
+    iovecs: impl FnOnce(usize, usize) -> Vec<iovec>,
+) -> Option<Vec<(usize, usize)>> {
+    if !vectored {
+        return Some(vec![(address as usize, length as usize)]);
+    }
+    if length == 0 || length > MAX_IOVECS || address == 0 {
+        return None;
+    }
+    let v = iovecs(address as usize, length as usize);
+    (v.len() == length as usize)
+        .then(|| v.iter().map(|i| (i.iov_base as usize, i.iov_len)).collect())
 }
 
 #[cfg(test)]

@@ -8,11 +8,13 @@
 //! current one are the completions since, provided the ring did not go round in between
 //! (more than `nr` completions between two looks).
 //!
-//! The ring is read with `process_vm_readv` on this process, never dereferenced: a context
-//! destroyed behind the library's back (a raw `io_destroy`) then fails the read with `EFAULT`
-//! instead of faulting.
+//! The ring is read with [`read_own`], never dereferenced: a context destroyed behind the
+//! library's back (a raw `io_destroy`) then fails the read with `EFAULT` instead of faulting.
 
 use std::io;
+
+use crate::aio_in_flight::{Completion, CompletionRing};
+use crate::own_memory::{read_own, PlainData};
 
 /// `AIO_RING_MAGIC`.
 const MAGIC: u32 = 0xa10a_10a1;
@@ -24,7 +26,7 @@ const MOST_PER_LOOK: u32 = 4096;
 /// One completion (`struct io_event`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IoEvent {
+struct IoEvent {
     /// The control block's `aio_data`.
     pub data: u64,
     /// The control block's address.
@@ -34,6 +36,11 @@ pub struct IoEvent {
     /// Secondary result.
     pub res2: i64,
 }
+
+// SAFETY: `repr(C)` integers.
+unsafe impl PlainData for IoEvent {}
+// SAFETY: `repr(C)` integers.
+unsafe impl PlainData for RingHeader {}
 
 /// The ring header's fields the library uses.
 #[repr(C)]
@@ -70,9 +77,16 @@ impl AioRing {
         })
     }
 
+    /// The ring of context `ctx` as a [`CompletionRing`], or `None` if it is not one.
+    pub fn boxed(ctx: usize) -> Option<Box<dyn CompletionRing>> {
+        Self::at(ctx)
+            .ok()
+            .map(|r| Box::new(r) as Box<dyn CompletionRing>)
+    }
+
     /// Appends the events completed since the last look to `out`. `Err`: the ring cannot be
     /// read any more (unmapped) or no longer looks like one.
-    pub fn completions(&mut self, out: &mut Vec<IoEvent>) -> io::Result<()> {
+    fn events(&mut self, out: &mut Vec<IoEvent>) -> io::Result<()> {
         let h = header(self.address)?;
         if h.nr != self.nr {
             return Err(io::Error::new(
@@ -99,6 +113,19 @@ impl AioRing {
     }
 }
 
+impl CompletionRing for AioRing {
+    /// A completion's key is its control block's address (the event's `obj`).
+    fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
+        let mut events = Vec::new();
+        let r = self.events(&mut events);
+        out.extend(events.iter().map(|e| Completion {
+            key: e.obj,
+            res: e.res,
+        }));
+        r
+    }
+}
+
 /// The header at `ctx`, checked.
 fn header(ctx: usize) -> io::Result<RingHeader> {
     let mut h = [RingHeader::default()];
@@ -120,34 +147,6 @@ fn header(ctx: usize) -> io::Result<RingHeader> {
     }
 }
 
-/// Copies `out.len()` values from address `at` of this process into `out`, or fails with
-/// `EFAULT` if that memory is not mapped readable.
-fn read_own<T: Copy>(at: usize, out: &mut [T]) -> io::Result<()> {
-    let len = std::mem::size_of_val(out);
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let remote = libc::iovec {
-        iov_base: at as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: `local` is `out`'s own memory, writable for `len` bytes; the kernel reads the
-    // remote range (this process's) itself and fails with EFAULT where it is not mapped. Only
-    // plain-data types (`T: Copy`, here the ring's `repr(C)` integers) are written this way.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if n as usize != len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "short ring read",
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,7 +161,7 @@ mod tests {
         assert_eq!(r, 0, "io_setup: {}", io::Error::last_os_error());
         let mut ring = AioRing::at(ctx as usize).expect("ring");
         let mut events = Vec::new();
-        ring.completions(&mut events).unwrap();
+        ring.events(&mut events).unwrap();
         assert!(events.is_empty());
         // SAFETY: memfd_create takes a NUL-terminated name and flags.
         let fd = unsafe { libc::memfd_create(c"aio-ring-test".as_ptr(), libc::MFD_CLOEXEC) };
@@ -185,17 +184,18 @@ mod tests {
             assert_eq!(n, 1, "io_submit: {}", io::Error::last_os_error());
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             while events.len() as u64 == round {
-                ring.completions(&mut events).unwrap();
+                ring.events(&mut events).unwrap();
                 assert!(std::time::Instant::now() < deadline, "no completion");
             }
             assert_eq!(events.len() as u64, round + 1);
             let e = events[round as usize];
             assert_eq!((e.data, e.obj, e.res), (round, &cb as *const _ as u64, 512));
         }
-        ring.completions(&mut events).unwrap();
-        assert_eq!(events.len(), 3, "a completion reported twice");
+        let mut completions = Vec::new();
+        ring.completions(&mut completions).unwrap();
+        assert!(completions.is_empty(), "a completion reported twice");
         assert_eq!(crate::raw_calls::io_destroy(ctx), 0);
-        assert!(ring.completions(&mut events).is_err());
+        assert!(ring.completions(&mut completions).is_err());
         // SAFETY: `fd` is this test's own descriptor.
         unsafe { libc::close(fd) };
     }

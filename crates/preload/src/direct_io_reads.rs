@@ -5,10 +5,9 @@
 //! (another thread's fault needing room) would punch the page from the region's memfd, and the
 //! device's data would land outside the region (`memvisor_pager::DirectIoPin` has the details).
 //! QEMU reads disk images this way into guest RAM with `cache=none` (or `cache.direct=on`) and
-//! `aio=threads`; any program may into memory of its arena. `aio=native`'s reads are pinned
-//! at `io_submit` and held until their completions show in the context's ring
-//! ([`crate::aio_in_flight`]); `aio=io_uring`'s are submitted without a library call, so cannot
-//! be pinned: see the crate README.
+//! `aio=threads`; any program may into memory of its arena. `aio=native`'s and `aio=io_uring`'s
+//! reads are pinned at their submission (`io_submit`, `io_uring_submit`) and held until their
+//! completions show in the kernel's rings ([`crate::aio_in_flight`]).
 
 use crate::managed_process::{self as mp, ACTIVE};
 use std::sync::atomic::Ordering;

@@ -145,6 +145,8 @@ macro_rules! next_symbol {
     }};
 }
 
+pub(crate) use next_symbol;
+
 /// Refuses a `fork` while the program's heap is managed memory (`memvisor run --malloc
 /// jemalloc`): managed memory is not inherited (`MADV_DONTFORK`), so the child would lack
 /// its heap, even the strings of an `exec` it would make, and the fork itself could wait

@@ -31,14 +31,13 @@
 //!   its CAR model, whose victims leave the host cache. `O_DIRECT` I/O outside guest RAM is
 //!   not told; `O_DIRECT` reads into guest RAM still are (nothing is cached to drop).
 //!
-//! `aio=native` requests (`io_submit`) take the same steps, split at submission and
-//! completion ([`start_read`], [`PendingRead::finish`], [`start_change`]; see
-//! [`crate::aio_entry_points`]).
+//! `aio=native` (`io_submit`) and `aio=io_uring` (`io_uring_submit`) requests take the same
+//! steps, split at submission and completion ([`start_read`], [`PendingRead::finish`],
+//! [`start_change`]; see [`crate::aio_entry_points`] and [`crate::uring_entry_points`]).
 //!
-//! Not seen: `aio=io_uring` requests, which the kernel completes without a library call, and
-//! plain `write`/`writev` at the file position. Their reads into guest RAM are paged in as
-//! usual (no association is made), and a write that changes an associated block without being
-//! seen is caught by the block's checksum at its next page-in (SIGBUS, never wrong data).
+//! Not seen: plain `write`/`writev` at the file position. A write that changes an associated
+//! block without being seen is caught by the block's checksum at its next page-in (SIGBUS,
+//! never wrong data).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -48,7 +48,10 @@
 //! images into guest RAM) skip reading pages from swap that the read overwrites whole, and
 //! associate those pages with their image blocks, so evicting them writes nothing and paging
 //! them in reads the image; writes, hole punches, truncations and copies into such a file
-//! first keep the pages' content ([`image_entry_points`]). A hole punched in the guest-RAM
+//! first keep the pages' content ([`image_entry_points`]). Asynchronous disk I/O (QEMU's
+//! `aio=native` and `aio=io_uring`) is read at submission ([`aio_entry_points`],
+//! [`uring_entry_points`]) and followed to its completion in the kernel's rings: reads into
+//! managed memory are pinned until then. A hole punched in the guest-RAM
 //! memfd (virtio-balloon) is a discard through the pager. `memvisor run --swap-mapper off`
 //! turns this off.
 //!
@@ -74,6 +77,7 @@ mod library_init;
 mod library_malloc_arena;
 pub mod managed_process;
 mod migration_service;
+mod own_memory;
 mod pager_worker;
 pub mod preload_config;
 mod preload_error;
@@ -81,6 +85,9 @@ mod raw_calls;
 pub mod reservations;
 mod shim_allocator;
 mod shim_guard;
+pub mod uring_entry_points;
+mod uring_request;
+mod uring_rings;
 
 /// Every allocation of the library's Rust code (std and the pager included) comes from its own
 /// heap, never from the program's `malloc` (see [`shim_allocator`]).

@@ -453,25 +453,32 @@ pub fn write_pattern_image(path: &Path) {
     std::fs::write(path, data).unwrap();
 }
 
-/// Runs the VMM-like C program `name` (`tests/c/NAME.c`, given a pattern image and 96 MiB of
-/// memfd guest RAM) in `dir` under `memvisor run --budget 24M --swap-mapper MAPPER`, and
-/// returns its guest RAM's region status, read while the program waits after its work; the
-/// program must then exit OK, and the region have no read, write or poisoning error.
-pub fn run_image_workload(name: &str, mapper: &str, dir: &Path) -> memvisor_control::RegionStatus {
+/// Runs the VMM-like C program `name` (`tests/c/NAME.c`, given a pattern image, 96 MiB of memfd
+/// guest RAM and `more` arguments) in `dir` under `memvisor run --budget 24M --swap-mapper
+/// MAPPER`, and returns its guest RAM's region status, read while the program waits after its
+/// work; the program must then exit OK, and the region have no read, write or poisoning error.
+pub fn run_image_workload(
+    name: &str,
+    more: &[&str],
+    mapper: &str,
+    dir: &Path,
+) -> memvisor_control::RegionStatus {
     use std::io::Write;
     let prog = compile_c(name, dir);
     let image = dir.join("disk.img");
     write_pattern_image(&image);
     let ctl = dir.join("ctl");
+    let mut args = vec![
+        prog.as_os_str(),
+        image.as_os_str(),
+        std::ffi::OsStr::new("96"),
+    ];
+    args.extend(more.iter().map(std::ffi::OsStr::new));
     let (mut child, mut out) = spawn_run(
         &ctl,
         &["--budget", "24M", "--swap-mapper", mapper],
         dir,
-        &[
-            prog.as_os_str(),
-            image.as_os_str(),
-            std::ffi::OsStr::new("96"),
-        ],
+        &args,
     );
     let (pid, _) = wait_ready(&mut out);
     let st = stat_json(&ctl, &pid);
