@@ -427,8 +427,8 @@ impl PendingRead {
     /// The read returned `n` (bytes, or negative: failed) after `read_nanos` (0: untimed): a
     /// complete read associates the pages it covered whole with their blocks (with the mapper
     /// on, and no write to the image since it started), and the bytes that landed in guest RAM
-    /// are told to the image's host cache. Does not touch `errno`'s meaning for the caller,
-    /// who saves it first.
+    /// are told to the image's host cache. A caller that needs `errno` afterwards saves it
+    /// first.
     pub fn finish(&self, n: isize, read_nanos: u64) {
         if n >= 0 && n as usize == self.total {
             if let Some(epoch) = self.epoch {

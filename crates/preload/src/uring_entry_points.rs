@@ -15,7 +15,9 @@
 //! A ring this library cannot read (not liburing's layout, or entries of other sizes) is said
 //! once and passed through.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_uint, c_void};
 
@@ -25,13 +27,39 @@ use crate::entry_points::next_symbol;
 use crate::managed_process::ACTIVE;
 use crate::own_memory::read_own;
 use crate::shim_guard::{is_pager_thread, ShimGuard};
+use crate::uring_request::Sqe;
 use crate::uring_rings::UringRings;
+
+/// Rings checked so far, forgotten at `io_uring_queue_exit` (a submission then reads liburing's
+/// structure and the entries, not the queue sizes again).
+static CHECKED: Mutex<Vec<UringRings>> = Mutex::new(Vec::new());
+
+fn checked() -> MutexGuard<'static, Vec<UringRings>> {
+    CHECKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The entries about to be submitted of the ring at `ring`, and the ring (checked again if it
+/// was set up again since it was checked).
+fn unsubmitted(ring: usize) -> io::Result<(UringRings, Vec<Sqe>)> {
+    let known = checked().iter().find(|r| r.address() == ring).copied();
+    if let Some(r) = known {
+        if let Ok(entries) = r.unsubmitted() {
+            return Ok((r, entries));
+        }
+    }
+    let r = UringRings::at(ring)?;
+    let entries = r.unsubmitted()?;
+    let mut list = checked();
+    list.retain(|k| k.address() != ring);
+    list.push(r);
+    Ok((r, entries))
+}
 
 /// Reads the entries of `ring` about to be submitted and acts on them (see the module
 /// documentation). Called inside the library.
 fn before_submit(ring: *mut c_void) {
-    let rings = match UringRings::at(ring as usize) {
-        Ok(r) => r,
+    let (rings, entries) = match unsubmitted(ring as usize) {
+        Ok(found) => found,
         Err(e) => {
             static SAID: AtomicBool = AtomicBool::new(false);
             if !SAID.swap(true, Ordering::Relaxed) {
@@ -42,9 +70,6 @@ fn before_submit(ring: *mut c_void) {
             }
             return;
         }
-    };
-    let Ok(entries) = rings.unsubmitted() else {
-        return;
     };
     let mut requests = Vec::new();
     for sqe in &entries {
@@ -159,6 +184,7 @@ pub unsafe extern "C" fn io_uring_queue_exit(ring: *mut c_void) {
         // SAFETY: liburing's own function, with the program's own argument.
         return unsafe { real(ring) };
     };
+    checked().retain(|k| k.address() != ring as usize);
     let left = aio_in_flight::destroying(ring as usize);
     // SAFETY: liburing's own function, with the program's own argument.
     unsafe { real(ring) };

@@ -116,12 +116,18 @@ impl UringRings {
         })
     }
 
+    /// The address of liburing's structure.
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
     /// The entries liburing has handed out since its last submission (the ones the next
-    /// submission publishes), in order.
+    /// submission publishes), in order. `Err` also if the structure no longer points to the
+    /// entries it pointed to when checked (set up again): check it again.
     pub fn unsubmitted(&self) -> io::Result<Vec<Sqe>> {
         let h = head(self.address)?;
         let n = h.sqe_tail.wrapping_sub(h.sqe_head);
-        if n > self.sq_entries {
+        if n > self.sq_entries || h.sq_sqes as usize != self.sqes {
             return Err(refused("submission queue"));
         }
         let mut out = vec![Sqe::default(); n as usize];
