@@ -124,7 +124,7 @@ impl Submitted {
 
 /// One context's requests in flight.
 struct Context {
-    /// Its id (AIO: the ring's address; io_uring: liburing's ring structure's).
+    /// Its id (AIO: the ring's address; io_uring: its completion queue tail's).
     id: usize,
     kind: ContextKind,
     /// Its completions (`None`: unreadable).

@@ -89,7 +89,7 @@ fn before_submit(ring: *mut c_void) {
         requests.extend(prepare(sqe.user_data, request));
     }
     aio_in_flight::register(
-        ring as usize,
+        rings.completion_queue(),
         ContextKind::Uring,
         || {
             rings
@@ -184,8 +184,12 @@ pub unsafe extern "C" fn io_uring_queue_exit(ring: *mut c_void) {
         // SAFETY: liburing's own function, with the program's own argument.
         return unsafe { real(ring) };
     };
-    checked().retain(|k| k.address() != ring as usize);
-    let left = aio_in_flight::destroying(ring as usize);
+    let id = {
+        let mut list = checked();
+        let at = list.iter().position(|k| k.address() == ring as usize);
+        at.map(|i| list.swap_remove(i).completion_queue())
+    };
+    let left = id.map(aio_in_flight::destroying).unwrap_or_default();
     // SAFETY: liburing's own function, with the program's own argument.
     unsafe { real(ring) };
     aio_in_flight::finish_destroyed(left);

@@ -95,6 +95,7 @@ pub struct UringRings {
     address: usize,
     sq_entries: u32,
     sqes: usize,
+    cq_tail: usize,
 }
 
 impl UringRings {
@@ -113,6 +114,7 @@ impl UringRings {
             address: ring,
             sq_entries,
             sqes: h.sq_sqes as usize,
+            cq_tail: h.cq_ktail as usize,
         })
     }
 
@@ -121,13 +123,22 @@ impl UringRings {
         self.address
     }
 
+    /// The address of the kernel's completion queue tail: it names this ring's completions
+    /// (a structure set up again at the same address has another).
+    pub fn completion_queue(&self) -> usize {
+        self.cq_tail
+    }
+
     /// The entries liburing has handed out since its last submission (the ones the next
     /// submission publishes), in order. `Err` also if the structure no longer points to the
     /// entries it pointed to when checked (set up again): check it again.
     pub fn unsubmitted(&self) -> io::Result<Vec<Sqe>> {
         let h = head(self.address)?;
         let n = h.sqe_tail.wrapping_sub(h.sqe_head);
-        if n > self.sq_entries || h.sq_sqes as usize != self.sqes {
+        if n > self.sq_entries
+            || h.sq_sqes as usize != self.sqes
+            || h.cq_ktail as usize != self.cq_tail
+        {
             return Err(refused("submission queue"));
         }
         let mut out = vec![Sqe::default(); n as usize];
