@@ -10,10 +10,10 @@
 //! write to an image began a write ([`ImageFile::begin_write`]) that must end.
 //!
 //! The kernel completes these requests without a library call. The library finds the
-//! completions in each context's completion ring ([`CompletionRing`]: the AIO context's ring,
-//! [`AioRing`], or an io_uring's completion queue): a watcher thread looks every
-//! [`LOOK_PERIOD`] while requests are in flight (and sleeps otherwise), and each submission
-//! looks at its context first. Requests are known by a key: the control block's address for
+//! completions in each context's completion ring ([`CompletionRing`]: the AIO context's
+//! ring, [`AioRing`](crate::aio_ring::AioRing), or an io_uring's completion queue): a
+//! watcher thread looks every [`LOOK_PERIOD`] while requests are in flight (and sleeps
+//! otherwise), and each submission looks at its context first. Requests are known by a key: the control block's address for
 //! AIO, whose reuse means its request completed (a program reuses a block only once its
 //! request is done: it is finished then, without its result), and the entry's `user_data` for
 //! io_uring, which several requests in flight may share (a completion then finishes one of

@@ -215,8 +215,8 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
 }
 
 /// Defines a credential-changing entry point: the library's threads first take the caller's
-/// capability state ([`credential_mirror`]), then glibc's function changes the ids of every
-/// thread.
+/// capability state ([`credential_mirror`](crate::credential_mirror)), then glibc's function
+/// changes the ids of every thread.
 macro_rules! credential_change {
     ($(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* )) => {
         $(#[$doc])*
