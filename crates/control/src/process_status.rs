@@ -175,6 +175,9 @@ pub struct RegionStatus {
     /// Swap mapper: chunks of the program's own memory that eviction passed over to take one
     /// an image holds.
     pub own_chunks_spared: u64,
+    /// Evictions put off because a direct-I/O read (`O_DIRECT`, synchronous or asynchronous)
+    /// was filling the chunk: it stayed resident over the budget until the read completed.
+    pub pinned_evictions_skipped: u64,
     /// Page-ins that more budget would have saved, by how much more (cumulative).
     pub refaults: RefaultStatus,
 }

@@ -152,6 +152,12 @@ const FAMILIES: &[Family] = &[
         value: |r| r.false_read_bytes_avoided,
     },
     Family {
+        name: "memvisor_pinned_evictions_skipped_total",
+        kind: "counter",
+        help: "Evictions put off while a direct-I/O read filled the chunk.",
+        value: |r| r.pinned_evictions_skipped,
+    },
+    Family {
         name: "memvisor_image_associations_ended_by_guest_total",
         kind: "counter",
         help: "Image associations ended because the program wrote the page.",
@@ -386,6 +392,7 @@ mod tests {
                 kind: "arena".into(),
                 resident_bytes: 4096,
                 page_outs: 3,
+                pinned_evictions_skipped: 7,
                 page_in_p99_nanos: 2_000_000,
                 refaults: crate::RefaultStatus {
                     unit_bytes: 1 << 20,
@@ -419,6 +426,12 @@ mod tests {
             "memvisor_resident_bytes{pid=\"42\",program=\"a\\\"b\",region=\"arena#0\",kind=\"arena\"} 4096"
         ));
         assert!(text.contains("memvisor_page_outs_total{") && text.contains("} 3\n"));
+        assert!(
+            text.contains(
+                "memvisor_pinned_evictions_skipped_total{pid=\"42\",program=\"a\\\"b\",region=\"arena#0\",kind=\"arena\"} 7\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("} 0.002\n"));
         // 16 points of 32 buckets: every second one, cumulative.
         assert_eq!(text.matches("memvisor_refaults_saved_total{").count(), 16);

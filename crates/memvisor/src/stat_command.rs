@@ -122,6 +122,13 @@ pub fn render_table(s: &ProcessStatus) -> String {
                 r.image_associations_ended_by_image,
             );
         }
+        if r.pinned_evictions_skipped > 0 {
+            let _ = writeln!(
+                out,
+                "{}: {} evictions put off while direct-I/O reads filled their chunks",
+                r.name, r.pinned_evictions_skipped,
+            );
+        }
         if r.overrun_chunks > 0 {
             let _ = writeln!(
                 out,

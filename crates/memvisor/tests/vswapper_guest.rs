@@ -85,7 +85,7 @@ fn summary(what: &str, r: &MapperRun) -> String {
     format!(
         "{what}: {:.1} s wall, passes {}, swap written {} MiB, swap read {} MiB, image \
          re-read {} MiB, swap writes avoided {} MiB, false reads avoided {} MiB, image now {} \
-         MiB, ended by guest {} by image {}",
+         MiB, ended by guest {} by image {}, evictions put off by pins {}",
         r.secs,
         phases.join("/"),
         g.bytes_written / MIB,
@@ -96,6 +96,7 @@ fn summary(what: &str, r: &MapperRun) -> String {
         g.image_bytes / MIB,
         g.image_associations_ended_by_guest,
         g.image_associations_ended_by_image,
+        g.pinned_evictions_skipped,
     )
 }
 

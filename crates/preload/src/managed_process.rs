@@ -450,6 +450,7 @@ impl ManagedProcess {
                 image_associations_ended_by_guest: s.image_associations_ended_by_guest,
                 image_associations_ended_by_image: s.image_associations_ended_by_image,
                 own_chunks_spared: s.own_chunks_spared,
+                pinned_evictions_skipped: s.pinned_evictions_skipped,
                 refaults: RefaultStatus {
                     unit_bytes: curve.unit_bytes,
                     sub_buckets: curve.sub_buckets,
