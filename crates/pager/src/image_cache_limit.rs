@@ -948,8 +948,26 @@ mod tests {
         assert_eq!(guard_total(1 << 20), 1 << 20);
     }
 
+    /// Runs `check` up to three times until it passes: for checks of a few pages that stayed
+    /// cached, which the development VM's DAMON `pageout` scheme (see [`assert_stayed`]) can
+    /// take whatever the limit does (17 pages of which 2 stayed, once in six runs of the whole
+    /// suite). A limit that drops what it must keep fails every time.
+    fn retried(check: fn()) {
+        for attempt in 1..=3 {
+            match std::panic::catch_unwind(check) {
+                Ok(()) => return,
+                Err(e) if attempt == 3 => std::panic::resume_unwind(e),
+                Err(_) => eprintln!("attempt {attempt} failed; again"),
+            }
+        }
+    }
+
     #[test]
     fn the_readahead_of_a_stream_stays_beyond_the_slack() {
+        retried(readahead_of_a_stream_stays_beyond_the_slack);
+    }
+
+    fn readahead_of_a_stream_stays_beyond_the_slack() {
         // 24 MiB image, 8 MiB limit (slack 1 MiB, guards 4 MiB in all).
         let f = uncached_file(6144);
         let fd = f.as_raw_fd();
