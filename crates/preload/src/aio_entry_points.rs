@@ -17,16 +17,12 @@ use crate::direct_io_reads::DirectIoReads;
 use crate::image_entry_points::iovecs;
 use crate::image_io::{self, ReadStart};
 use crate::managed_process::ACTIVE;
-use crate::raw_calls::{self as real, set_errno};
+use crate::raw_calls::{self as real, errno, set_errno};
 use crate::shim_guard::{is_pager_thread, ShimGuard};
 
 /// Most control blocks one call is looked at for (the kernel's default `aio-max-nr`, the most
 /// requests of all contexts together; a call with more passes through unseen).
 const MOST_PER_CALL: c_long = 65536;
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
 
 /// `r`, a raw system call's result, in `libaio`'s convention: a failure is returned as the
 /// negative errno, and `errno` is set back to `saved`.
@@ -38,6 +34,12 @@ fn libaio_result(r: c_long, saved: c_int) -> c_int {
     } else {
         r as c_int
     }
+}
+
+/// Whether a submission on this thread is looked at (the library manages this process, and
+/// this is not one of the pager's threads); for io_uring too.
+pub(crate) fn watching() -> bool {
+    ACTIVE.load(std::sync::atomic::Ordering::Acquire) && !is_pager_thread()
 }
 
 /// What the library does for one request, known by `key` in its context, before it is
@@ -85,11 +87,7 @@ pub unsafe extern "C" fn io_submit(ctx: c_ulong, nr: c_long, iocbpp: *mut *mut c
         // SAFETY: the program's own arguments, passed on as given.
         libaio_result(unsafe { real::io_submit(ctx, nr, iocbpp) }, saved)
     };
-    if !ACTIVE.load(std::sync::atomic::Ordering::Acquire)
-        || !(1..=MOST_PER_CALL).contains(&nr)
-        || iocbpp.is_null()
-        || is_pager_thread()
-    {
+    if !watching() || !(1..=MOST_PER_CALL).contains(&nr) || iocbpp.is_null() {
         return submit();
     }
     let Some(_guard) = ShimGuard::enter() else {
@@ -138,7 +136,7 @@ pub unsafe extern "C" fn io_destroy(ctx: c_ulong) -> c_int {
     };
     let left = aio_in_flight::destroying(ctx as usize);
     let r = libaio_result(real::io_destroy(ctx), saved);
-    aio_in_flight::finish_destroyed(left);
+    aio_in_flight::finish_without_results(left);
     set_errno(saved);
     r
 }

@@ -272,13 +272,11 @@ pub fn withdraw(ctx: usize, keys: &[u64]) {
             }
         }
     }
-    for s in gone {
-        s.complete(None);
-    }
+    finish_without_results(gone);
 }
 
 /// Context `ctx` is about to be torn down: it is forgotten (its ring is not read again), and
-/// the requests it held are returned, to be finished by [`finish_destroyed`] once the real
+/// the requests it held are returned, to be finished by [`finish_without_results`] once the real
 /// call (`io_destroy`, `io_uring_queue_exit`) returned.
 pub fn destroying(ctx: usize) -> Vec<Submitted> {
     let mut t = table();
@@ -288,8 +286,8 @@ pub fn destroying(ctx: usize) -> Vec<Submitted> {
     }
 }
 
-/// Finishes the requests of a torn-down context, without results.
-pub fn finish_destroyed(requests: Vec<Submitted>) {
+/// Finishes `requests` without results (withdrawn, or of a torn-down context).
+pub fn finish_without_results(requests: Vec<Submitted>) {
     for s in requests {
         s.complete(None);
     }
@@ -420,7 +418,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the completion was never found");
             std::thread::sleep(Duration::from_millis(1));
         }
-        finish_destroyed(destroying(ctx));
+        finish_without_results(destroying(ctx));
         assert_eq!(crate::raw_calls::io_destroy(ctx as libc::c_ulong), 0);
         // SAFETY: the test's own descriptor.
         unsafe { libc::close(fd) };
@@ -448,7 +446,7 @@ mod tests {
         let held = destroying(ctx);
         assert_eq!(held.len(), 1);
         assert!(!ended(&image));
-        finish_destroyed(held);
+        finish_without_results(held);
         assert!(
             ended(&image),
             "the reused block's first request never ended"
@@ -505,7 +503,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        finish_destroyed(destroying(ctx));
+        finish_without_results(destroying(ctx));
         // SAFETY: the test's own descriptors.
         unsafe {
             libc::close(fd);

@@ -46,7 +46,7 @@ use libc::c_int;
 use memvisor_pager::{FileKey, ImageFile};
 
 use crate::managed_process::{self as mp, ACTIVE, EXCLUSIVE_HOST_CACHE, SWAP_MAPPER};
-use crate::raw_calls::set_errno;
+use crate::raw_calls::{errno, set_errno};
 use crate::shim_guard::{is_pager_thread, ShimGuard};
 
 /// Files read into guest RAM so far.
@@ -135,10 +135,6 @@ pub fn accessed(fd: c_int, offset: i64, n: isize, read_nanos: u64) {
         }
     }
     set_errno(saved);
-}
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 /// Device and inode of the file `fd` refers to, and whether it is a regular file.

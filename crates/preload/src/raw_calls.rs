@@ -4,6 +4,11 @@
 
 use libc::{c_int, c_long, c_void, off_t, size_t};
 
+/// This thread's `errno` (0 if it cannot be read).
+pub fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
 /// Sets `errno`.
 pub fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.

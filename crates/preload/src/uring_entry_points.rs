@@ -21,12 +21,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_uint, c_void};
 
-use crate::aio_entry_points::prepare;
+use crate::aio_entry_points::{prepare, watching};
 use crate::aio_in_flight::{self, CompletionRing, ContextKind};
 use crate::entry_points::next_symbol;
-use crate::managed_process::ACTIVE;
 use crate::own_memory::read_own;
-use crate::shim_guard::{is_pager_thread, ShimGuard};
+use crate::shim_guard::ShimGuard;
 use crate::uring_request::Sqe;
 use crate::uring_rings::UringRings;
 
@@ -99,11 +98,6 @@ fn before_submit(ring: *mut c_void) {
         },
         requests,
     );
-}
-
-/// Whether a call on this thread should be looked at.
-fn watching() -> bool {
-    ACTIVE.load(Ordering::Acquire) && !is_pager_thread()
 }
 
 /// A liburing function that publishes the entries handed out since the last submission (and
@@ -192,5 +186,5 @@ pub unsafe extern "C" fn io_uring_queue_exit(ring: *mut c_void) {
     let left = id.map(aio_in_flight::destroying).unwrap_or_default();
     // SAFETY: liburing's own function, with the program's own argument.
     unsafe { real(ring) };
-    aio_in_flight::finish_destroyed(left);
+    aio_in_flight::finish_without_results(left);
 }
