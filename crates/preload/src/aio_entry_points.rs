@@ -9,10 +9,9 @@
 //! as it was.
 
 use libc::{c_int, c_long, c_ulong, c_void};
+use memvisor_io_rings::{AioRequest, AioRing, Iocb};
 
 use crate::aio_in_flight::{self, ContextKind, Submitted};
-use crate::aio_request::{AioRequest, Iocb};
-use crate::aio_ring::AioRing;
 use crate::direct_io_reads::DirectIoReads;
 use crate::image_entry_points::iovecs;
 use crate::image_io::{self, ReadStart};

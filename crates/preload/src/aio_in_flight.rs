@@ -11,7 +11,7 @@
 //!
 //! The kernel completes these requests without a library call. The library finds the
 //! completions in each context's completion ring ([`CompletionRing`]: the AIO context's
-//! ring, [`AioRing`](crate::aio_ring::AioRing), or an io_uring's completion queue): a
+//! ring, [`AioRing`](memvisor_io_rings::AioRing), or an io_uring's completion queue): a
 //! watcher thread looks every [`LOOK_PERIOD`] while requests are in flight (and sleeps
 //! otherwise), and each submission looks at its context first. Requests are known by a key: the control block's address for
 //! AIO, whose reuse means its request completed (a program reuses a block only once its
@@ -23,10 +23,10 @@
 //! be read leaves only these ways: pins are then held longer, which costs memory over the
 //! budget, never data.
 
-use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use memvisor_io_rings::{Completion, CompletionRing};
 use memvisor_pager::ImageFile;
 
 use crate::direct_io_reads::DirectIoReads;
@@ -34,22 +34,6 @@ use crate::image_io::PendingRead;
 
 /// How often the watcher looks at the rings while requests are in flight.
 pub const LOOK_PERIOD: Duration = Duration::from_millis(2);
-
-/// One completed request, as a completion ring shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    /// The request's key (AIO: the control block's address; io_uring: its `user_data`).
-    pub key: u64,
-    /// Its result: bytes, or a negative errno.
-    pub res: i64,
-}
-
-/// Where a context's completions are found.
-pub trait CompletionRing: Send {
-    /// Appends the completions posted since the last look to `out`. `Err`: the ring cannot be
-    /// read any more; it is not asked again.
-    fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()>;
-}
 
 /// The kind of a context: how its requests are keyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,8 +319,8 @@ fn start() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aio_request::Iocb;
-    use crate::aio_ring::AioRing;
+    use memvisor_io_rings::{AioRing, Iocb};
+    use std::io;
     use std::time::Instant;
 
     /// A real AIO context and a memfd to write to.

@@ -61,8 +61,6 @@
 
 pub mod aio_entry_points;
 mod aio_in_flight;
-pub mod aio_request;
-mod aio_ring;
 mod allotment_watcher;
 pub mod arena_allocator;
 pub mod budget_split;
@@ -77,7 +75,6 @@ mod library_init;
 mod library_malloc_arena;
 pub mod managed_process;
 mod migration_service;
-mod own_memory;
 mod pager_worker;
 pub mod preload_config;
 mod preload_error;
@@ -86,8 +83,6 @@ pub mod reservations;
 mod shim_allocator;
 mod shim_guard;
 pub mod uring_entry_points;
-mod uring_request;
-mod uring_rings;
 
 /// Every allocation of the library's Rust code (std and the pager included) comes from its own
 /// heap, never from the program's `malloc` (see [`shim_allocator`]).

@@ -2,7 +2,7 @@
 //! `io_uring_submit_and_wait` and `io_uring_queue_exit`, which QEMU's `aio=io_uring` calls, and
 //! the other submitting calls):
 //! before liburing publishes the submission queue entries it handed out since its last
-//! submission, the library reads them ([`UringRings`], [`crate::uring_request`]) and acts on
+//! submission, the library reads them ([`UringRings`], [`Sqe::request`]) and acts on
 //! each as for `io_submit` ([`crate::aio_entry_points`]): a read into managed memory pins its
 //! chunks, a read of an image into guest RAM gets the false-read preventer, a write to an image
 //! ends the associations it overlaps. Then liburing's own function runs, and the completions
@@ -20,14 +20,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_uint, c_void};
+use memvisor_io_rings::{CompletionRing, OwnMemory, ProgramMemory, Sqe, UringRings};
 
 use crate::aio_entry_points::{prepare, watching};
-use crate::aio_in_flight::{self, CompletionRing, ContextKind};
+use crate::aio_in_flight::{self, ContextKind};
 use crate::entry_points::next_symbol;
-use crate::own_memory::read_own;
 use crate::shim_guard::ShimGuard;
-use crate::uring_request::Sqe;
-use crate::uring_rings::UringRings;
 
 /// Rings checked so far, forgotten at `io_uring_queue_exit` (a submission then reads liburing's
 /// structure and the entries, not the queue sizes again).
@@ -46,7 +44,7 @@ fn unsubmitted(ring: usize) -> io::Result<(UringRings, Vec<Sqe>)> {
             return Ok((r, entries));
         }
     }
-    let r = UringRings::at(ring)?;
+    let r = UringRings::at(OwnMemory, ring)?;
     let entries = r.unsubmitted()?;
     let mut list = checked();
     list.retain(|k| k.address() != ring);
@@ -80,7 +78,7 @@ fn before_submit(ring: *mut c_void) {
                 iov_len: 0,
             };
             let mut v = vec![empty; n];
-            match read_own(at, &mut v) {
+            match OwnMemory.read(at, &mut v) {
                 Ok(()) => v,
                 Err(_) => Vec::new(),
             }

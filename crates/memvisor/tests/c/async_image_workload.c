@@ -39,20 +39,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define BATCH 16
 #define READ (128 * 1024)
 
 static int img;
 
-static void fail(const char *what) {
-    printf("FAIL: %s (errno %d)\n", what, errno);
-    fflush(stdout);
-    exit(2);
-}
-
-static unsigned char image_byte(uint64_t o) { return (unsigned char)((o * 7 + (o >> 12)) & 0xff); }
-static unsigned char ram_byte(uint64_t o) { return (unsigned char)((o * 13 + (o >> 16) + 1) & 0xff); }
 
 /* One request: a read or a write of `n` bytes at file offset `off`, from or to `buf`, or
  * (vectored) of the two halves of it, which must transfer `want` bytes. */
@@ -192,13 +186,13 @@ static struct request halves(int write, unsigned char *buf, size_t n, uint64_t o
 
 static void verify(const unsigned char *g, size_t ram) {
     for (uint64_t o = 0; o < 40 * MIB; o++)
-        if (g[o] != image_byte(o)) {
-            printf("FAIL: guest byte %#lx is %#x, want %#x\n", (unsigned long)o, g[o], image_byte(o));
+        if (g[o] != pattern_image_byte(o)) {
+            printf("FAIL: guest byte %#lx is %#x, want %#x\n", (unsigned long)o, g[o], pattern_image_byte(o));
             fflush(stdout);
             exit(2);
         }
     for (uint64_t o = 40 * MIB; o < ram; o += 509)
-        if (g[o] != ram_byte(o)) fail("pattern beyond the image data");
+        if (g[o] != pattern_ram_byte(o)) fail("pattern beyond the image data");
 }
 
 int main(int argc, char **argv) {
@@ -237,9 +231,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 8; i++) reqs[i] = halves(0, g + 32 * MIB + i * MIB, MIB, 32 * MIB + i * MIB);
     run_batch(reqs, 8);
     for (uint64_t o = 0; o < 40 * MIB; o += 4096)
-        if (g[o] != image_byte(o)) fail("image bytes right after the reads");
+        if (g[o] != pattern_image_byte(o)) fail("image bytes right after the reads");
 
-    for (uint64_t o = 40 * MIB; o < ram; o++) g[o] = ram_byte(o);
+    for (uint64_t o = 40 * MIB; o < ram; o++) g[o] = pattern_ram_byte(o);
 
     /* A short read: 2 MiB asked at 4 KiB before the image's end, into paged-out pattern pages
      * at [41 MiB, 43 MiB). Only 4 KiB comes back, and with O_DIRECT the kernel may overwrite
@@ -249,14 +243,14 @@ int main(int argc, char **argv) {
     reqs[0].want = 4096;
     run_batch(reqs, 1);
     for (uint64_t o = 0; o < 4096; o++)
-        if (g[41 * MIB + o] != image_byte(48 * MIB - 4096 + o)) fail("bytes of the short read");
+        if (g[41 * MIB + o] != pattern_image_byte(48 * MIB - 4096 + o)) fail("bytes of the short read");
     unsigned char *left = malloc(2 * MIB);
     if (!left) fail("malloc");
     memcpy(left, g + 41 * MIB, 2 * MIB);
-    for (uint64_t o = 43 * MIB; o < ram; o++) g[o] = ram_byte(o);
+    for (uint64_t o = 43 * MIB; o < ram; o++) g[o] = pattern_ram_byte(o);
     if (memcmp(left, g + 41 * MIB, 2 * MIB) != 0) fail("a short read's buffer changed after eviction");
     free(left);
-    for (uint64_t o = 41 * MIB; o < 43 * MIB; o++) g[o] = ram_byte(o);
+    for (uint64_t o = 41 * MIB; o < 43 * MIB; o++) g[o] = pattern_ram_byte(o);
 
     unsigned char *ee, *dd;
     if (posix_memalign((void **)&ee, 4096, 4 * MIB) || posix_memalign((void **)&dd, 4096, MIB))

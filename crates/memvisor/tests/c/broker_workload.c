@@ -15,14 +15,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define PAGE 4096UL
-
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
 
 static uint64_t word(size_t page) { return 0x9E3779B97F4A7C15ULL * (page + 1); }
 

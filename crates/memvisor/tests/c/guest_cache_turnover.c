@@ -24,16 +24,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define PAGE 4096UL
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
-
-static unsigned char image_byte(uint64_t o) { return (unsigned char)((o * 7 + (o >> 12)) & 0xff); }
 
 /* Reads image [from, from + len) into guest RAM at `at`, a page at a time. */
 static void read_pages(int img, unsigned char *g, uint64_t at, uint64_t from, uint64_t len) {
@@ -43,9 +38,9 @@ static void read_pages(int img, unsigned char *g, uint64_t at, uint64_t from, ui
 
 static void verify(const unsigned char *g, uint64_t at, uint64_t from, uint64_t len) {
     for (uint64_t o = 0; o < len; o++)
-        if (g[at + o] != image_byte(from + o)) {
+        if (g[at + o] != pattern_image_byte(from + o)) {
             printf("FAIL: guest byte %#lx is %#x, want %#x\n", (unsigned long)(at + o), g[at + o],
-                   image_byte(from + o));
+                   pattern_image_byte(from + o));
             fflush(stdout);
             exit(2);
         }

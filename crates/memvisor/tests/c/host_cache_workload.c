@@ -29,19 +29,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MIB (1024UL * 1024UL)
+#include "test_support.h"
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
+#define MIB (1024UL * 1024UL)
 
 static unsigned char image_byte(uint64_t o) {
     if (o >= 8 * MIB && o < 9 * MIB) return 0xEE;
-    return (unsigned char)((o * 7 + (o >> 12)) & 0xff);
+    return pattern_image_byte(o);
 }
-static unsigned char ram_byte(uint64_t o) { return (unsigned char)((o * 13 + (o >> 16) + 1) & 0xff); }
 
 static void verify(const unsigned char *g, size_t ram) {
     for (uint64_t o = 0; o < 16 * MIB; o++)
@@ -53,7 +48,7 @@ static void verify(const unsigned char *g, size_t ram) {
     for (uint64_t o = 40 * MIB + 100; o < 41 * MIB - 100; o += 97)
         if (g[o] != image_byte(o)) fail("partial-page read");
     for (uint64_t o = 48 * MIB; o < ram; o += 509)
-        if (g[o] != ram_byte(o)) fail("pattern");
+        if (g[o] != pattern_ram_byte(o)) fail("pattern");
 }
 
 int main(int argc, char **argv) {
@@ -92,7 +87,7 @@ int main(int argc, char **argv) {
     char buf[64];
     if (fgets(buf, sizeof buf, stdin) == NULL) fail("stdin closed early");
 
-    for (uint64_t o = 48 * MIB; o < ram; o++) g[o] = ram_byte(o);
+    for (uint64_t o = 48 * MIB; o < ram; o++) g[o] = pattern_ram_byte(o);
     printf("EVICTED\n");
     fflush(stdout);
     while (read(0, buf, sizeof buf) > 0) {

@@ -21,25 +21,20 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define PAGE 4096UL
 #define GUEST (16 * MIB) /* memvisor run's default --min-region */
 #define KNOWN (4 * MIB)
 #define READ (256 * 1024)
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
-
-static unsigned char image_byte(uint64_t o) { return (unsigned char)((o * 7 + (o >> 12)) & 0xff); }
 
 /* Checks one byte of every page of `len` bytes read at image offset `at` into `b`. */
 static void check(const unsigned char *b, uint64_t at, size_t len) {
     for (size_t p = 0; p < len; p += PAGE) {
         uint64_t i = p + (at + p) % 97;
-        if (i < len && b[i] != image_byte(at + i)) fail("a read returned the wrong bytes");
+        if (i < len && b[i] != pattern_image_byte(at + i)) fail("a read returned the wrong bytes");
     }
 }
 

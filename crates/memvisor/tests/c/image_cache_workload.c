@@ -25,19 +25,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define SIZE (64 * MIB)
 #define READ (256 * 1024)
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
-
 static unsigned char image_byte(uint64_t o) {
     if (o < MIB) return 0xEE;
-    return (unsigned char)((o * 7 + (o >> 12)) & 0xff);
+    return pattern_image_byte(o);
 }
 
 static void read_range(int img, unsigned char *g, size_t from, size_t to) {

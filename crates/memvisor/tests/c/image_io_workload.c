@@ -35,20 +35,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
-
-static unsigned char image_byte(uint64_t o) { return (unsigned char)((o * 7 + (o >> 12)) & 0xff); }
-static unsigned char ram_byte(uint64_t o) { return (unsigned char)((o * 13 + (o >> 16) + 1) & 0xff); }
 
 static void verify(const unsigned char *g, size_t ram) {
     for (uint64_t o = 0; o < 40 * MIB; o++) {
-        unsigned char want = image_byte(o);
+        unsigned char want = pattern_image_byte(o);
         if (o >= 1 * MIB && o < 2 * MIB + 512) want = 0;
         if (g[o] != want) {
             printf("FAIL: guest byte %#lx is %#x, want %#x\n", (unsigned long)o, g[o], want);
@@ -57,7 +51,7 @@ static void verify(const unsigned char *g, size_t ram) {
         }
     }
     for (uint64_t o = 40 * MIB; o < ram; o += 509)
-        if (g[o] != ram_byte(o)) fail("pattern beyond the image data");
+        if (g[o] != pattern_ram_byte(o)) fail("pattern beyond the image data");
 }
 
 int main(int argc, char **argv) {
@@ -76,17 +70,17 @@ int main(int argc, char **argv) {
     struct iovec iov[2] = {{g + 32 * MIB, 4 * MIB}, {g + 36 * MIB, 4 * MIB}};
     if (preadv(img, iov, 2, 32 * MIB) != (ssize_t)(8 * MIB)) fail("preadv");
     for (uint64_t o = 0; o < 40 * MIB; o += 4096)
-        if (g[o] != image_byte(o)) fail("image bytes right after the read");
+        if (g[o] != pattern_image_byte(o)) fail("image bytes right after the read");
 
-    for (uint64_t o = 40 * MIB; o < ram; o++) g[o] = ram_byte(o);
+    for (uint64_t o = 40 * MIB; o < ram; o++) g[o] = pattern_ram_byte(o);
 
     struct iovec tail[1] = {{g + 41 * MIB, 2 * MIB}};
     if (preadv(img, tail, 1, 48 * MIB - 4096) != 4096) fail("short preadv at the image's end");
     for (uint64_t o = 0; o < 4096; o++)
-        if (g[41 * MIB + o] != image_byte(48 * MIB - 4096 + o)) fail("bytes of the short read");
+        if (g[41 * MIB + o] != pattern_image_byte(48 * MIB - 4096 + o)) fail("bytes of the short read");
     for (uint64_t o = 41 * MIB + 4096; o < 43 * MIB; o++)
-        if (g[o] != ram_byte(o)) fail("guest RAM after a short read's end lost its bytes");
-    for (uint64_t o = 41 * MIB; o < 41 * MIB + 4096; o++) g[o] = ram_byte(o);
+        if (g[o] != pattern_ram_byte(o)) fail("guest RAM after a short read's end lost its bytes");
+    for (uint64_t o = 41 * MIB; o < 41 * MIB + 4096; o++) g[o] = pattern_ram_byte(o);
     unsigned char scratch[64];
     struct iovec here[1] = {{scratch, sizeof scratch}};
     errno = 0;

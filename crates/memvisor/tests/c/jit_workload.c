@@ -38,14 +38,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define PAGE 4096UL
-
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
 
 /* The permissions and name of the mapping containing addr, from /proc/self/maps. */
 static void mapping_of(uintptr_t addr, char perms[5], char *name, size_t name_len) {

@@ -16,14 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #define MIB (1024UL * 1024UL)
 #define PAGE 4096UL
-
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
 
 /* Whether the mapping containing addr is a memvisor memfd (or the library is mapped, for
  * addr == 0). */

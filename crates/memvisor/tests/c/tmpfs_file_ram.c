@@ -24,13 +24,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MIB (1024UL * 1024UL)
+#include "test_support.h"
 
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    fflush(stdout);
-    exit(2);
-}
+#define MIB (1024UL * 1024UL)
 
 static uint64_t word(uint64_t i) { return i * 0x9E3779B97F4A7C15ULL + 12345; }
 

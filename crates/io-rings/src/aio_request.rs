@@ -3,11 +3,13 @@
 //!
 //! QEMU's `aio=native` submits its disk reads and writes this way (`libaio`'s `io_submit`,
 //! `cache.direct=on` required); the kernel completes them without a library call, so the
-//! library acts at submission ([`crate::aio_entry_points`]) and finds the completions in the
-//! context's ring later ([`crate::aio_ring`]). The layout is the kernel's UAPI
+//! preload library acts at submission and finds the completions in the context's ring later
+//! ([`AioRing`](crate::AioRing)). The layout is the kernel's UAPI
 //! (`linux/aio_abi.h`), which `libaio`'s `struct iocb` mirrors.
 
 use libc::{c_int, iovec};
+
+use crate::plain_data::PlainData;
 
 /// `struct iocb` (64 bytes, little-endian x86-64 layout).
 #[repr(C)]
@@ -38,6 +40,9 @@ pub struct Iocb {
     /// The eventfd signalled at completion (`IOCB_FLAG_RESFD`).
     pub aio_resfd: u32,
 }
+
+// SAFETY: `repr(C)` integers, 64 bytes without padding.
+unsafe impl PlainData for Iocb {}
 
 const IOCB_CMD_PREAD: u16 = 0;
 const IOCB_CMD_PWRITE: u16 = 1;

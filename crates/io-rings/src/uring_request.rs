@@ -8,6 +8,7 @@
 use libc::{c_int, iovec};
 
 use crate::aio_request::{buffers, AioRequest};
+use crate::plain_data::PlainData;
 
 /// `struct io_uring_sqe`, the fields the library reads (the rest is `rest`).
 #[repr(C)]
@@ -34,6 +35,9 @@ pub struct Sqe {
     /// The rest of the 64 bytes.
     pub rest: [u64; 3],
 }
+
+// SAFETY: `repr(C)` integers, 64 bytes without padding.
+unsafe impl PlainData for Sqe {}
 
 const IORING_OP_READV: u8 = 1;
 const IORING_OP_WRITEV: u8 = 2;
