@@ -21,4 +21,10 @@ pub trait CompletionRing: Send {
     /// ring cannot be read any more (unmapped, or no longer what it was); it is not asked
     /// again.
     fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()>;
+
+    /// Completions posted and overwritten before a look could read them (more than the ring
+    /// holds between two looks where the ring can tell): their requests are never reported.
+    fn lost(&self) -> u64 {
+        0
+    }
 }

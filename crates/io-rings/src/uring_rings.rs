@@ -14,7 +14,6 @@
 //! look like this is refused, and the ring's requests pass through unseen.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::completion_ring::{Completion, CompletionRing};
 use crate::own_memory::OwnMemory;
@@ -213,30 +212,14 @@ pub struct UringCompletions<M = OwnMemory> {
     overwritten: u64,
 }
 
-impl<M> UringCompletions<M> {
-    /// Completions the kernel posted that were overwritten before a look read them (more than
-    /// the queue holds between two looks): their requests are never reported.
-    pub fn overwritten(&self) -> u64 {
-        self.overwritten
-    }
-}
-
 impl<M: ProgramMemory + Send> CompletionRing for UringCompletions<M> {
     /// A completion's key is its entry's `user_data`. Completions overwritten before this look
-    /// are skipped (said once per process on standard error): their requests stay held until
-    /// the ring goes.
+    /// are skipped and counted ([`lost`](CompletionRing::lost)).
     fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
         let tail: u32 = self.memory.value(self.ktail)?;
         let posted = tail.wrapping_sub(self.seen);
         if posted > self.entries {
             self.overwritten += u64::from(posted - self.entries);
-            static SAID: AtomicBool = AtomicBool::new(false);
-            if !SAID.swap(true, Ordering::Relaxed) {
-                eprintln!(
-                    "memvisor-preload: io_uring completions were overwritten before the library \
-                     read them; their requests stay pinned until the ring is torn down"
-                );
-            }
             self.seen = tail.wrapping_sub(self.entries);
         }
         let mask = self.entries - 1;
@@ -256,6 +239,10 @@ impl<M: ProgramMemory + Send> CompletionRing for UringCompletions<M> {
             self.seen = self.seen.wrapping_add(run);
         }
         Ok(())
+    }
+
+    fn lost(&self) -> u64 {
+        self.overwritten
     }
 }
 
@@ -370,11 +357,11 @@ mod tests {
         post(&m, &[3, 4, 5, 6, 7]);
         assert_eq!(keys(&mut completions), [3, 4, 5, 6, 7]);
         assert_eq!(keys(&mut completions), Vec::<u64>::new());
-        assert_eq!(completions.overwritten(), 0);
+        assert_eq!(completions.lost(), 0);
         // More than the queue holds between two looks: the oldest are gone.
         post(&m, &(10..20).collect::<Vec<_>>());
         assert_eq!(keys(&mut completions), (12..20).collect::<Vec<_>>());
-        assert_eq!(completions.overwritten(), 2);
+        assert_eq!(completions.lost(), 2);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! be read leaves only these ways: pins are then held longer, which costs memory over the
 //! budget, never data.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -138,6 +139,17 @@ impl Context {
                     other.waiting.push(s);
                 }
                 None => done.push((s, Some(e.res))),
+            }
+        }
+        if ring.lost() > 0 {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "memvisor-preload: completions of {} {:#x} were overwritten before the \
+                     library read them; their requests stay held until the ring is torn down",
+                    self.kind.name(),
+                    self.id
+                );
             }
         }
         if let Err(e) = read {

@@ -306,7 +306,7 @@ pub fn uring_ring(data: &[u8]) {
                 memory.write(CQ_TAIL, &[cq_tail]).unwrap();
             }
             4 => {
-                let before = completions.overwritten();
+                let before = completions.lost();
                 let mut out = Vec::new();
                 let r = completions.completions(&mut out);
                 if exact {
@@ -314,7 +314,7 @@ pub fn uring_ring(data: &[u8]) {
                     let keys: Vec<u64> = out.iter().map(|c| c.key).collect();
                     let lost = posted.len().saturating_sub(cq as usize);
                     assert_eq!(keys, Vec::from(posted.split_off(lost)));
-                    assert_eq!(completions.overwritten() - before, lost as u64);
+                    assert_eq!(completions.lost() - before, lost as u64);
                     posted.clear();
                 }
             }
