@@ -12,12 +12,11 @@
 //! the reader's back (a raw `io_destroy`) then fails the read with `EFAULT` instead of
 //! faulting.
 
-use std::io;
-
 use crate::completion_ring::{Completion, CompletionRing};
+use crate::io_rings_error::{reading, IoRingsError, IoRingsResult};
 use crate::own_memory::OwnMemory;
 use crate::plain_data::PlainData;
-use crate::program_memory::{address_after, no_such_address, ProgramMemory};
+use crate::program_memory::{address_after, ProgramMemory};
 
 /// `AIO_RING_MAGIC`.
 pub const AIO_RING_MAGIC: u32 = 0xa10a_10a1;
@@ -91,7 +90,7 @@ impl<M: ProgramMemory> AioRing<M> {
     /// The ring of context `ctx` (its address in `memory`), read from its current tail on
     /// (completions before this call are not reported). `Err` if `ctx` does not look like a
     /// ring this code understands.
-    pub fn at(memory: M, ctx: usize) -> io::Result<Self> {
+    pub fn at(memory: M, ctx: usize) -> IoRingsResult<Self> {
         let h = header(&memory, ctx)?;
         Ok(Self {
             memory,
@@ -104,13 +103,14 @@ impl<M: ProgramMemory> AioRing<M> {
     /// Appends the events completed since the last look to `out` (at most 4096 at a look;
     /// the rest at the next). `Err`: the ring cannot be read any more (unmapped) or no longer
     /// looks like the same one.
-    pub fn events(&mut self, out: &mut Vec<IoEvent>) -> io::Result<()> {
+    pub fn events(&mut self, out: &mut Vec<IoEvent>) -> IoRingsResult<()> {
         let h = header(&self.memory, self.address)?;
         if h.nr != self.nr {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the aio ring at {:#x} changed size", self.address),
-            ));
+            return Err(IoRingsError::NotRecognized {
+                what: "aio ring",
+                address: self.address,
+                why: "its size changed",
+            });
         }
         let nr = u64::from(self.nr);
         let posted = (u64::from(h.tail) + nr - u64::from(self.seen)) % nr;
@@ -122,10 +122,9 @@ impl<M: ProgramMemory> AioRing<M> {
             out.resize(start + n as usize, IoEvent::default());
             let at = address_after(self.address, u64::from(self.seen), size_of::<IoEvent>())
                 .and_then(|a| a.checked_add(HEADER));
-            let read = match at {
-                Some(at) => self.memory.read(at, &mut out[start..]),
-                None => Err(no_such_address()),
-            };
+            let read = reading("aio ring events", at, |at| {
+                self.memory.read(at, &mut out[start..])
+            });
             if let Err(e) = read {
                 out.truncate(start);
                 return Err(e);
@@ -139,7 +138,7 @@ impl<M: ProgramMemory> AioRing<M> {
 
 impl<M: ProgramMemory + Send> CompletionRing for AioRing<M> {
     /// A completion's key is its control block's address (the event's `obj`).
-    fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
+    fn completions(&mut self, out: &mut Vec<Completion>) -> IoRingsResult<()> {
         let mut events = Vec::new();
         let r = self.events(&mut events);
         out.extend(events.iter().map(|e| Completion {
@@ -151,8 +150,8 @@ impl<M: ProgramMemory + Send> CompletionRing for AioRing<M> {
 }
 
 /// The header at `ctx`, checked.
-fn header(memory: &impl ProgramMemory, ctx: usize) -> io::Result<AioRingHeader> {
-    let h: AioRingHeader = memory.value(ctx)?;
+fn header(memory: &impl ProgramMemory, ctx: usize) -> IoRingsResult<AioRingHeader> {
+    let h: AioRingHeader = reading("aio ring header", Some(ctx), |at| memory.value(at))?;
     let sane = h.magic == AIO_RING_MAGIC
         && h.header_length as usize == HEADER
         && h.incompat_features == 0
@@ -162,10 +161,11 @@ fn header(memory: &impl ProgramMemory, ctx: usize) -> io::Result<AioRingHeader> 
     if sane {
         Ok(h)
     } else {
-        Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("no aio ring at {ctx:#x}"),
-        ))
+        Err(IoRingsError::NotRecognized {
+            what: "aio ring",
+            address: ctx,
+            why: "magic, header length, features or indices",
+        })
     }
 }
 
@@ -173,6 +173,7 @@ fn header(memory: &impl ProgramMemory, ctx: usize) -> io::Result<AioRingHeader> 
 mod tests {
     use super::*;
     use crate::byte_memory::ByteMemory;
+    use std::io;
 
     /// A context of the real kernel: its ring is found, a completed request shows up once,
     /// and a destroyed context's ring fails to read instead of faulting.
@@ -234,8 +235,22 @@ mod tests {
     #[test]
     fn memory_that_is_not_a_ring_is_refused() {
         let page = vec![0u8; 4096];
-        assert!(AioRing::at(OwnMemory, page.as_ptr() as usize).is_err());
-        assert!(AioRing::at(OwnMemory, 16).is_err());
+        let at = page.as_ptr() as usize;
+        let e = AioRing::at(OwnMemory, at).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "no aio ring this library reads at {at:#x} (magic, header length, features or \
+                 indices)"
+            )
+        );
+        let e = AioRing::at(OwnMemory, 16).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot read aio ring header at 0x10: "),
+            "{e}"
+        );
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
     }
 
     const BASE: usize = 0x7000_0000;
@@ -293,7 +308,8 @@ mod tests {
         let mut h: AioRingHeader = m.value(BASE).unwrap();
         h.nr = 8;
         m.write(BASE, &[h]).unwrap();
-        assert!(ring.completions(&mut Vec::new()).is_err());
+        let e = ring.completions(&mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("its size changed"), "{e}");
         h.nr = 4;
         h.magic = 0;
         m.write(BASE, &[h]).unwrap();
@@ -312,5 +328,9 @@ mod tests {
         m.write(top, &[AioRingHeader { tail: 1, ..h }]).unwrap();
         let e = ring.completions(&mut Vec::new()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+        assert!(
+            e.to_string().starts_with("cannot read aio ring events"),
+            "{e}"
+        );
     }
 }

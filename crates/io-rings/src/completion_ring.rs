@@ -4,7 +4,7 @@
 //! kernel completes requests without a library call, and the program consumes the
 //! completions itself.
 
-use std::io;
+use crate::io_rings_error::IoRingsResult;
 
 /// One completed request, as a completion ring shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub trait CompletionRing: Send {
     /// Appends the completions posted since the last look to `out`, each once. `Err`: the
     /// ring cannot be read any more (unmapped, or no longer what it was); it is not asked
     /// again.
-    fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()>;
+    fn completions(&mut self, out: &mut Vec<Completion>) -> IoRingsResult<()>;
 
     /// Completions posted and overwritten before a look could read them (more than the ring
     /// holds between two looks where the ring can tell): their requests are never reported.

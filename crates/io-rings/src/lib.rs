@@ -16,7 +16,7 @@
 //! * where all of it is read ([`ProgramMemory`]): this process ([`OwnMemory`],
 //!   `process_vm_readv`, so a bad address is an error and never a fault) or made-up bytes
 //!   ([`ByteMemory`]). Every structure is copied out, never dereferenced, and every address in
-//!   it may be wrong.
+//!   it may be wrong: a failure is an [`IoRingsError`] naming the structure and its address.
 //!
 //! Layouts are the kernel's UAPI (`linux/aio_abi.h`, `linux/io_uring.h`) on x86-64, and
 //! liburing's as checked in its history (2.0 to 2.15).
@@ -25,6 +25,7 @@ mod aio_request;
 mod aio_ring;
 mod byte_memory;
 mod completion_ring;
+mod io_rings_error;
 mod own_memory;
 mod plain_data;
 mod program_memory;
@@ -35,6 +36,7 @@ pub use aio_request::{buffers, AioRequest, Iocb};
 pub use aio_ring::{AioRing, AioRingHeader, IoEvent, AIO_RING_MAGIC};
 pub use byte_memory::ByteMemory;
 pub use completion_ring::{Completion, CompletionRing};
+pub use io_rings_error::{IoRingsError, IoRingsResult};
 pub use own_memory::OwnMemory;
 pub use plain_data::{bytes_of, bytes_of_mut, PlainData};
 pub use program_memory::{address_after, ProgramMemory};

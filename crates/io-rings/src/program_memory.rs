@@ -47,8 +47,3 @@ pub fn address_after(base: usize, count: u64, size: usize) -> Option<usize> {
         .checked_mul(size)?
         .checked_add(base)
 }
-
-/// The error for an address past the end of the address space.
-pub fn no_such_address() -> io::Error {
-    io::Error::from_raw_os_error(libc::EFAULT)
-}

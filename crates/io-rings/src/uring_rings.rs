@@ -13,12 +13,11 @@
 //! the kernel's own values (the masks and sizes in the shared ring): a structure that does not
 //! look like this is refused, and the ring's requests pass through unseen.
 
-use std::io;
-
 use crate::completion_ring::{Completion, CompletionRing};
+use crate::io_rings_error::{reading, IoRingsError, IoRingsResult};
 use crate::own_memory::OwnMemory;
 use crate::plain_data::PlainData;
-use crate::program_memory::{address_after, no_such_address, ProgramMemory};
+use crate::program_memory::{address_after, ProgramMemory};
 use crate::uring_request::Sqe;
 
 /// `IORING_SETUP_SQE128` and `IORING_SETUP_CQE32`: entries of other sizes than the library
@@ -93,21 +92,39 @@ unsafe impl PlainData for LiburingHead {}
 unsafe impl PlainData for Cqe {}
 
 /// One of the ring's queues' size, read from the kernel's shared ring and checked.
-fn queue_size(memory: &impl ProgramMemory, kring_mask: u64, kring_entries: u64) -> io::Result<u32> {
-    let mask: u32 = memory.value(kring_mask as usize)?;
-    let entries: u32 = memory.value(kring_entries as usize)?;
+fn queue_size(
+    memory: &impl ProgramMemory,
+    ring: usize,
+    kring_mask: u64,
+    kring_entries: u64,
+) -> IoRingsResult<u32> {
+    let mask: u32 = reading("io_uring queue mask", Some(kring_mask as usize), |at| {
+        memory.value(at)
+    })?;
+    let entries: u32 = reading("io_uring queue size", Some(kring_entries as usize), |at| {
+        memory.value(at)
+    })?;
     if entries.is_power_of_two() && entries <= MOST_ENTRIES && mask == entries - 1 {
         Ok(entries)
     } else {
-        Err(refused("queue sizes"))
+        Err(refused(ring, "queue sizes"))
     }
 }
 
-fn refused(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("not a liburing ring this library reads ({what})"),
-    )
+/// The error for liburing's structure at `ring` failing the check `why`.
+fn refused(ring: usize, why: &'static str) -> IoRingsError {
+    IoRingsError::NotRecognized {
+        what: "liburing ring",
+        address: ring,
+        why,
+    }
+}
+
+/// liburing's structure at `ring`.
+fn head(memory: &impl ProgramMemory, ring: usize) -> IoRingsResult<LiburingHead> {
+    reading("liburing's struct io_uring", Some(ring), |at| {
+        memory.value(at)
+    })
 }
 
 /// A liburing ring in `M`, checked once.
@@ -124,15 +141,18 @@ pub struct UringRings<M = OwnMemory> {
 
 impl<M: ProgramMemory + Copy> UringRings<M> {
     /// The ring liburing keeps at `ring` in `memory` (the program's `struct io_uring *`).
-    pub fn at(memory: M, ring: usize) -> io::Result<Self> {
-        let h: LiburingHead = memory.value(ring)?;
+    pub fn at(memory: M, ring: usize) -> IoRingsResult<Self> {
+        let h = head(&memory, ring)?;
         if h.flags & WIDE_ENTRIES != 0 {
-            return Err(refused("128-byte submission or 32-byte completion entries"));
+            return Err(refused(
+                ring,
+                "128-byte submission or 32-byte completion entries",
+            ));
         }
-        let sq_entries = queue_size(&memory, h.sq_kring_mask, h.sq_kring_entries)?;
-        let cq_entries = queue_size(&memory, h.cq_kring_mask, h.cq_kring_entries)?;
+        let sq_entries = queue_size(&memory, ring, h.sq_kring_mask, h.sq_kring_entries)?;
+        let cq_entries = queue_size(&memory, ring, h.cq_kring_mask, h.cq_kring_entries)?;
         if h.sqe_tail.wrapping_sub(h.sqe_head) > sq_entries || h.sq_sqes == 0 {
-            return Err(refused("submission queue"));
+            return Err(refused(ring, "submission queue"));
         }
         Ok(Self {
             memory,
@@ -159,15 +179,15 @@ impl<M: ProgramMemory + Copy> UringRings<M> {
     /// The entries liburing has handed out since its last submission (the ones the next
     /// submission publishes), in order. `Err` also if the structure no longer points to the
     /// entries it pointed to when checked (set up again): check it again.
-    pub fn unsubmitted(&self) -> io::Result<Vec<Sqe>> {
-        let h: LiburingHead = self.memory.value(self.address)?;
+    pub fn unsubmitted(&self) -> IoRingsResult<Vec<Sqe>> {
+        let h = head(&self.memory, self.address)?;
         let n = h.sqe_tail.wrapping_sub(h.sqe_head);
         if n > self.sq_entries
             || h.sq_sqes as usize != self.sqes
             || h.cq_ktail as usize != self.cq_tail
             || h.cq_cqes as usize != self.cqes
         {
-            return Err(refused("submission queue"));
+            return Err(refused(self.address, "set up again since it was checked"));
         }
         let mut out = vec![Sqe::default(); n as usize];
         let mask = self.sq_entries - 1;
@@ -176,17 +196,20 @@ impl<M: ProgramMemory + Copy> UringRings<M> {
             let at = h.sqe_head.wrapping_add(done) & mask;
             let run = (n - done).min(self.sq_entries - at);
             let slot = &mut out[done as usize..(done + run) as usize];
-            let from = address_after(self.sqes, u64::from(at), size_of::<Sqe>())
-                .ok_or_else(no_such_address)?;
-            self.memory.read(from, slot)?;
+            let from = address_after(self.sqes, u64::from(at), size_of::<Sqe>());
+            reading("io_uring submission entries", from, |from| {
+                self.memory.read(from, slot)
+            })?;
             done += run;
         }
         Ok(out)
     }
 
     /// A reader of the completions posted from now on (the completion queue as checked).
-    pub fn completions(&self) -> io::Result<UringCompletions<M>> {
-        let tail: u32 = self.memory.value(self.cq_tail)?;
+    pub fn completions(&self) -> IoRingsResult<UringCompletions<M>> {
+        let tail: u32 = reading("io_uring completion tail", Some(self.cq_tail), |at| {
+            self.memory.value(at)
+        })?;
         Ok(UringCompletions {
             memory: self.memory,
             ktail: self.cq_tail,
@@ -215,8 +238,10 @@ pub struct UringCompletions<M = OwnMemory> {
 impl<M: ProgramMemory + Send> CompletionRing for UringCompletions<M> {
     /// A completion's key is its entry's `user_data`. Completions overwritten before this look
     /// are skipped and counted ([`lost`](CompletionRing::lost)).
-    fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
-        let tail: u32 = self.memory.value(self.ktail)?;
+    fn completions(&mut self, out: &mut Vec<Completion>) -> IoRingsResult<()> {
+        let tail: u32 = reading("io_uring completion tail", Some(self.ktail), |at| {
+            self.memory.value(at)
+        })?;
         let posted = tail.wrapping_sub(self.seen);
         if posted > self.entries {
             self.overwritten += u64::from(posted - self.entries);
@@ -229,9 +254,10 @@ impl<M: ProgramMemory + Send> CompletionRing for UringCompletions<M> {
             let run = tail.wrapping_sub(self.seen).min(self.entries - at);
             cqes.clear();
             cqes.resize(run as usize, Cqe::default());
-            let from = address_after(self.cqes, u64::from(at), size_of::<Cqe>())
-                .ok_or_else(no_such_address)?;
-            self.memory.read(from, &mut cqes)?;
+            let from = address_after(self.cqes, u64::from(at), size_of::<Cqe>());
+            reading("io_uring completions", from, |from| {
+                self.memory.read(from, &mut cqes)
+            })?;
             out.extend(cqes.iter().map(|c| Completion {
                 key: c.user_data,
                 res: i64::from(c.res),
@@ -369,7 +395,11 @@ mod tests {
         let m = made_up_ring(0);
         // Queue sizes that are not a power of two, or do not match the mask.
         m.write(SQ_MASK, &[3u32, 5]).unwrap();
-        assert!(UringRings::at(&m, BASE).is_err());
+        let e = UringRings::at(&m, BASE).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no liburing ring this library reads at {BASE:#x} (queue sizes)")
+        );
         m.write(SQ_MASK, &[1u32, 4]).unwrap();
         assert!(UringRings::at(&m, BASE).is_err());
         m.write(SQ_MASK, &[3u32, 4]).unwrap();
@@ -404,7 +434,10 @@ mod tests {
             }],
         )
         .unwrap();
-        assert!(ring.unsubmitted().is_err());
-        assert!(UringRings::at(&m, usize::MAX - 8).is_err());
+        let e = ring.unsubmitted().unwrap_err();
+        assert!(e.to_string().contains("set up again"), "{e}");
+        let e = UringRings::at(&m, usize::MAX - 8).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+        assert!(e.to_string().contains("struct io_uring"), "{e}");
     }
 }

@@ -331,8 +331,7 @@ fn start() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memvisor_io_rings::{AioRing, Iocb};
-    use std::io;
+    use memvisor_io_rings::{AioRing, IoRingsResult, Iocb};
     use std::time::Instant;
 
     /// A real AIO context and a memfd to write to.
@@ -456,7 +455,7 @@ mod tests {
     struct TestRing(Arc<Mutex<Vec<Completion>>>);
 
     impl CompletionRing for TestRing {
-        fn completions(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
+        fn completions(&mut self, out: &mut Vec<Completion>) -> IoRingsResult<()> {
             out.append(&mut self.0.lock().unwrap());
             Ok(())
         }

@@ -15,12 +15,11 @@
 //! A ring this library cannot read (not liburing's layout, or entries of other sizes) is said
 //! once and passed through.
 
-use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_uint, c_void};
-use memvisor_io_rings::{CompletionRing, OwnMemory, ProgramMemory, Sqe, UringRings};
+use memvisor_io_rings::{CompletionRing, IoRingsResult, OwnMemory, ProgramMemory, Sqe, UringRings};
 
 use crate::aio_entry_points::{prepare, watching};
 use crate::aio_in_flight::{self, ContextKind};
@@ -37,7 +36,7 @@ fn checked() -> MutexGuard<'static, Vec<UringRings>> {
 
 /// The entries about to be submitted of the ring at `ring`, and the ring (checked again if it
 /// was set up again since it was checked).
-fn unsubmitted(ring: usize) -> io::Result<(UringRings, Vec<Sqe>)> {
+fn unsubmitted(ring: usize) -> IoRingsResult<(UringRings, Vec<Sqe>)> {
     let known = checked().iter().find(|r| r.address() == ring).copied();
     if let Some(r) = known {
         if let Ok(entries) = r.unsubmitted() {
