@@ -182,12 +182,17 @@ impl<M: ProgramMemory + Copy> UringRings<M> {
     pub fn unsubmitted(&self) -> IoRingsResult<Vec<Sqe>> {
         let h = head(&self.memory, self.address)?;
         let n = h.sqe_tail.wrapping_sub(h.sqe_head);
-        if n > self.sq_entries
-            || h.sq_sqes as usize != self.sqes
+        if h.sq_sqes as usize != self.sqes
             || h.cq_ktail as usize != self.cq_tail
             || h.cq_cqes as usize != self.cqes
         {
             return Err(refused(self.address, "set up again since it was checked"));
+        }
+        if n > self.sq_entries {
+            return Err(refused(
+                self.address,
+                "more entries handed out than its submission queue holds",
+            ));
         }
         let mut out = vec![Sqe::default(); n as usize];
         let mask = self.sq_entries - 1;
@@ -436,6 +441,16 @@ mod tests {
         .unwrap();
         let e = ring.unsubmitted().unwrap_err();
         assert!(e.to_string().contains("set up again"), "{e}");
+        m.write(
+            BASE,
+            &[LiburingHead {
+                sqe_tail: good.sqe_head + 5,
+                ..good
+            }],
+        )
+        .unwrap();
+        let e = ring.unsubmitted().unwrap_err();
+        assert!(e.to_string().contains("more entries handed out"), "{e}");
         let e = UringRings::at(&m, usize::MAX - 8).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
         assert!(e.to_string().contains("struct io_uring"), "{e}");
