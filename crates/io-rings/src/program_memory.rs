@@ -31,6 +31,24 @@ pub trait ProgramMemory {
         self.read(at, &mut v)?;
         Ok(v[0])
     }
+
+    /// The `n` iovecs at address `at`, or none if they cannot all be read (the iovec reader
+    /// that [`AioRequest::parse`](crate::AioRequest::parse) and
+    /// [`Sqe::request`](crate::Sqe::request) take).
+    fn iovecs(&self, at: usize, n: usize) -> Vec<libc::iovec>
+    where
+        Self: Sized,
+    {
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut v = vec![empty; n];
+        match self.read(at, &mut v) {
+            Ok(()) => v,
+            Err(_) => Vec::new(),
+        }
+    }
 }
 
 impl<M: ProgramMemory + ?Sized> ProgramMemory for &M {
@@ -46,4 +64,21 @@ pub fn address_after(base: usize, count: u64, size: usize) -> Option<usize> {
         .ok()?
         .checked_mul(size)?
         .checked_add(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ByteMemory;
+
+    #[test]
+    fn iovecs_are_all_read_or_none() {
+        let m = ByteMemory::new(0x1000, 32);
+        m.write(0x1000, &[0x5000u64, 512, 0x6000, 1024]).unwrap();
+        let v = m.iovecs(0x1000, 2);
+        let got: Vec<(usize, usize)> = v.iter().map(|i| (i.iov_base as usize, i.iov_len)).collect();
+        assert_eq!(got, [(0x5000, 512), (0x6000, 1024)]);
+        assert!(m.iovecs(0x1000, 3).is_empty());
+        assert!(m.iovecs(0x10, 1).is_empty());
+    }
 }

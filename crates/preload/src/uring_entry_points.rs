@@ -71,17 +71,7 @@ fn before_submit(ring: *mut c_void) {
     for sqe in &entries {
         // Copied, not dereferenced: an entry's address is what the program wrote there (the
         // kernel refuses a bad one, and so does this copy).
-        let request = sqe.request(|at, n| {
-            let empty = libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            };
-            let mut v = vec![empty; n];
-            match OwnMemory.read(at, &mut v) {
-                Ok(()) => v,
-                Err(_) => Vec::new(),
-            }
-        });
+        let request = sqe.request(|at, n| OwnMemory.iovecs(at, n));
         requests.extend(prepare(sqe.user_data, request));
     }
     aio_in_flight::register(

@@ -80,19 +80,7 @@ pub fn requests(data: &[u8]) {
     let (head, rest) = data.split_at(data.len().min(64));
     let memory = ByteMemory::new(IOVECS, rest.len());
     memory.write_bytes(IOVECS, rest).unwrap();
-    let iovecs = |at: usize, n: usize| {
-        let mut v = vec![
-            libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0
-            };
-            n
-        ];
-        match memory.read(at, &mut v) {
-            Ok(()) => v,
-            Err(_) => Vec::new(),
-        }
-    };
+    let iovecs = |at: usize, n: usize| memory.iovecs(at, n);
 
     let mut block = [Iocb::default()];
     bytes_of_mut(&mut block)[..head.len()].copy_from_slice(head);
@@ -264,16 +252,7 @@ pub fn uring_ring(data: &[u8]) {
                 let r = ring.unsubmitted();
                 if let Ok(entries) = &r {
                     for e in entries {
-                        let _ = e.request(|at, n| {
-                            let mut v = vec![
-                                libc::iovec {
-                                    iov_base: std::ptr::null_mut(),
-                                    iov_len: 0
-                                };
-                                n
-                            ];
-                            memory.read(at, &mut v).map(|()| v).unwrap_or_default()
-                        });
+                        let _ = e.request(|at, n| memory.iovecs(at, n));
                     }
                 }
                 if exact {
