@@ -71,6 +71,8 @@ region_counters!(
     readahead_reads,
     /// Page-ins served from data read ahead.
     readahead_hits,
+    /// Chunks mapped ahead of a forward stream.
+    chunks_mapped_ahead,
     /// Asynchronous page-ins: the faulting thread released after its own page.
     early_wakes,
     /// Page-ins of a scattered fault (the page alone).

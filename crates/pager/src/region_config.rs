@@ -129,6 +129,9 @@ impl std::str::FromStr for PageOut {
 /// Default free chunks an asynchronous page-out keeps ahead of demand.
 pub const DEFAULT_HEADROOM: usize = 2;
 
+/// Default [`RegionConfig::map_ahead`]: chunks brought in ahead of a forward stream.
+pub const DEFAULT_MAP_AHEAD: usize = 2;
+
 /// Everything needed to build a [`Region`](crate::Region).
 #[derive(Debug, Clone)]
 pub struct RegionConfig {
@@ -177,6 +180,10 @@ pub struct RegionConfig {
     /// swap on a reader thread while the current one is mapped and used. Default on; only with
     /// [`ResolveMode::Copy`].
     pub readahead: bool,
+    /// Map-ahead: after a forward stream's chunk page-in, bring in up to this many chunks past
+    /// it while no fault waits, so the streaming thread finds them mapped (0: off). Default
+    /// [`DEFAULT_MAP_AHEAD`].
+    pub map_ahead: usize,
     /// With asynchronous page-out: page-in reads are submitted to an io_uring, and the victims
     /// that make room for the chunk are chosen and their writes started while the disk reads,
     /// instead of after the faulting thread is woken (where that work delays the next fault).
@@ -243,6 +250,7 @@ impl RegionConfig {
             page_out: PageOut::default(),
             headroom: DEFAULT_HEADROOM,
             readahead: true,
+            map_ahead: DEFAULT_MAP_AHEAD,
             overlapped_page_in: true,
             async_page_in: false,
             page_in_unit: PageInUnit::Adaptive,
@@ -303,6 +311,12 @@ impl RegionConfig {
     /// Turns sequential readahead on or off.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
+        self
+    }
+
+    /// Chunks mapped ahead of a forward stream (0: off).
+    pub fn map_ahead(mut self, chunks: usize) -> Self {
+        self.map_ahead = chunks;
         self
     }
 

@@ -63,6 +63,9 @@ pub struct RegionStats {
     /// Sequential readahead: page-ins served from data read ahead (the rest of the readahead
     /// reads were not used: the next fault went elsewhere, or the chunk changed meanwhile).
     pub readahead_hits: u64,
+    /// Map-ahead: chunks brought in ahead of a forward stream while no fault waited (its
+    /// thread then found them mapped).
+    pub chunks_mapped_ahead: u64,
     /// Asynchronous page-in: page-ins whose faulting thread was released as soon as its own
     /// page was read and verified, before the rest of the chunk.
     pub early_wakes: u64,
@@ -182,6 +185,7 @@ pub(crate) struct StatsCounters {
     pub page_in_write_waits: AtomicU64,
     pub readahead_reads: AtomicU64,
     pub readahead_hits: AtomicU64,
+    pub chunks_mapped_ahead: AtomicU64,
     pub early_wakes: AtomicU64,
     pub pinned_evictions_skipped: AtomicU64,
     pub own_chunks_spared: AtomicU64,
@@ -307,6 +311,7 @@ impl StatsCounters {
             page_in_write_waits: g(&self.page_in_write_waits),
             readahead_reads: g(&self.readahead_reads),
             readahead_hits: g(&self.readahead_hits),
+            chunks_mapped_ahead: g(&self.chunks_mapped_ahead),
             early_wakes: g(&self.early_wakes),
             pinned_evictions_skipped: g(&self.pinned_evictions_skipped),
             own_chunks_spared: g(&self.own_chunks_spared),

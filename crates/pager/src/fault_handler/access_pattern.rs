@@ -7,8 +7,13 @@
 //! page-in reads the whole chunk and the next chunk ahead. A backward stream reads whole chunks
 //! once it has as many faults in line as a forward window needs to span a chunk, single pages
 //! before. Any other fault is scattered: the page-in reads the faulting page alone. One fault
-//! out of line ends a stream, as a miss collapses the kernel's window; two in line start one
-//! again.
+//! out of line ends a stream that has had fewer than three faults in line, as a miss collapses
+//! the kernel's window; two in line start one again. A longer stream is kept (up to
+//! [`AccessPattern::STREAMS_PER_THREAD`] per thread) and continues when its thread comes back
+//! to it: a guest's vCPU that streams through its page cache also faults on its kernel's own
+//! memory in between, and each of those faults used to end the stream (memvisor without the
+//! swap mapper re-read a guest's 512 MiB page cache in 57 KiB windows instead of whole chunks:
+//! `docs/benchmarks.md`, "Streams kept across faults elsewhere").
 //!
 //! The window matters for objects of a few pages read at random places (redis's 16 KiB values):
 //! their second page's fault is in line with the first, and reading the whole chunk plus the
@@ -58,6 +63,11 @@ impl AccessPattern {
     /// faulting one is forgotten for a new one.
     const STREAMS: usize = 8;
     const MAX_RUN: u8 = 16;
+    /// Faults in line from which a stream is kept when its thread faults elsewhere.
+    const ESTABLISHED: u8 = 2;
+    /// Streams one thread may hold at once (a copy's source and destination, a page cache and
+    /// the kernel's own memory).
+    const STREAMS_PER_THREAD: usize = 4;
 
     /// For a region of chunks of `pages_per_chunk` pages; a fixed `unit` overrides the
     /// decision (a chunk span still reads ahead on a forward stream).
@@ -86,20 +96,55 @@ impl AccessPattern {
         }
     }
 
+    /// The handler brought in memory ahead of thread `thread`'s forward stream, whose last
+    /// fault was on region page `from`, up to region page `to`: the stream's next fault past
+    /// there is in line (it never faults on what was mapped). Nothing if that stream is gone.
+    pub fn on_mapped_ahead(&mut self, thread: u32, from: usize, to: usize) {
+        if let Some(s) = self
+            .streams
+            .iter_mut()
+            .find(|s| s.used && s.thread == thread && s.last_page == from && to > from)
+        {
+            s.last_page = to;
+        }
+    }
+
     fn follow(&mut self, thread: u32, page: usize) -> PageInSpan {
         self.faults += 1;
         let now = self.faults;
-        let slot = match self
+        let ppc = self.pages_per_chunk;
+        let in_line = |s: &Stream| s.last_page.abs_diff(page) <= ppc && s.last_page != page;
+        // The thread's latest stream, and the latest of its streams this fault continues.
+        let of_thread = |s: &Stream| s.used && s.thread == thread;
+        let latest = self
             .streams
             .iter()
-            .position(|s| s.used && s.thread == thread)
-        {
-            Some(i) => i,
-            None => {
+            .enumerate()
+            .filter(|(_, s)| of_thread(s))
+            .max_by_key(|(_, s)| s.seen)
+            .map(|(i, _)| i);
+        let continued = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| of_thread(s) && in_line(s))
+            .max_by_key(|(_, s)| s.seen)
+            .map(|(i, _)| i);
+        let slot = match (continued, latest) {
+            (Some(i), _) => i,
+            // Out of line with a stream not established yet: it ends here and starts over.
+            (None, Some(i)) if self.streams[i].run < Self::ESTABLISHED => i,
+            // A new thread, or one whose established streams are kept for when it comes back
+            // to them (a guest's vCPU streaming through its page cache faults on its kernel's
+            // own memory in between): a slot of its own, the least recently used.
+            _ => {
+                // Its own least recent slot once it holds its share, else the region's.
+                let own = self.streams.iter().filter(|s| of_thread(s)).count();
                 let i = self
                     .streams
                     .iter()
                     .enumerate()
+                    .filter(|(_, s)| own < Self::STREAMS_PER_THREAD || of_thread(s))
                     .min_by_key(|(_, s)| (s.used, s.seen))
                     .map_or(0, |(i, _)| i);
                 self.streams[i] = Stream {
@@ -264,6 +309,90 @@ mod tests {
         b.on_missing_fault(0, 0);
         b.on_missing_fault(0, 1 << 17);
         assert_eq!(b.on_missing_fault(0, PPC), PageInSpan::Page);
+    }
+
+    #[test]
+    fn an_established_stream_survives_its_threads_faults_elsewhere() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        // A guest's vCPU streams through its page cache, chunk by chunk...
+        a.on_missing_fault(1, 0);
+        for c in 1..8 {
+            a.on_missing_fault(1, c * PPC);
+        }
+        // ...and faults on its kernel's own memory in between, twice in a row.
+        assert_eq!(a.on_missing_fault(1, 200_000), PageInSpan::Page);
+        assert_eq!(a.on_missing_fault(1, 150_000), PageInSpan::Page);
+        // Back in the stream: still whole chunks read ahead.
+        for c in 8..12 {
+            assert_eq!(
+                a.on_missing_fault(1, c * PPC),
+                PageInSpan::Chunk { read_ahead: true },
+                "chunk {c}"
+            );
+        }
+        // The faults elsewhere stream too, beside it, once in line.
+        assert_eq!(
+            a.on_missing_fault(1, 150_001),
+            PageInSpan::Window {
+                pages: FIRST_WINDOW
+            }
+        );
+        assert_eq!(
+            a.on_missing_fault(1, 12 * PPC),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        // A stream of one fault in line is not kept: a jump still collapses it.
+        let mut b = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        b.on_missing_fault(1, 5000);
+        b.on_missing_fault(1, 5001);
+        assert_eq!(b.on_missing_fault(1, 90_000), PageInSpan::Page);
+        assert_eq!(b.on_missing_fault(1, 5005), PageInSpan::Page);
+    }
+
+    #[test]
+    fn one_thread_holds_at_most_its_share_of_streams() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        let stream = |a: &mut AccessPattern, t: u32, base: usize| {
+            for c in 0..8 {
+                a.on_missing_fault(t, base + c * PPC);
+            }
+        };
+        stream(&mut a, 2, 0);
+        // Thread 1 establishes more streams than its share, far apart.
+        for k in 1..=AccessPattern::STREAMS_PER_THREAD + 2 {
+            stream(&mut a, 1, k * 100 * PPC);
+        }
+        // Thread 2's stream was not displaced by them.
+        assert_eq!(
+            a.on_missing_fault(2, 8 * PPC),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        // Thread 1's latest streams are followed, its first ones forgotten.
+        let last = AccessPattern::STREAMS_PER_THREAD + 2;
+        assert_eq!(
+            a.on_missing_fault(1, last * 100 * PPC + 8 * PPC),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        assert_eq!(a.on_missing_fault(1, 100 * PPC + 8 * PPC), PageInSpan::Page);
+    }
+
+    #[test]
+    fn chunks_mapped_ahead_keep_the_stream_in_line() {
+        let mut a = AccessPattern::new(PPC, PageInUnit::Adaptive);
+        a.on_missing_fault(2, 0);
+        for c in 1..8 {
+            a.on_missing_fault(2, c * PPC);
+        }
+        // Chunks 8 and 9 were mapped ahead of the fault on chunk 7: the next fault is on 10.
+        a.on_mapped_ahead(2, 7 * PPC, 10 * PPC - 1);
+        assert_eq!(
+            a.on_missing_fault(2, 10 * PPC + 3),
+            PageInSpan::Chunk { read_ahead: true }
+        );
+        // Not that stream's last fault (it moved on), or another thread: nothing changes.
+        a.on_mapped_ahead(2, 7 * PPC, 20 * PPC - 1);
+        a.on_mapped_ahead(3, 10 * PPC + 3, 20 * PPC - 1);
+        assert_eq!(a.on_missing_fault(2, 20 * PPC), PageInSpan::Page);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::access_pattern::AccessPattern;
 use super::chunk_table::ChunkTable;
 use super::image_blocks::ImageBlocks;
 use super::image_first::ImageFirst;
+use super::map_ahead::MapAhead;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::region_memory::RegionMemory;
 use super::{FaultHandler, HandlerShared};
@@ -105,6 +106,7 @@ impl FaultHandlerBuilder<'_> {
             pagemap,
             budget_pages: self.budget_pages,
             pattern: AccessPattern::new(pages_per_chunk, config.page_in_unit),
+            map_ahead: MapAhead::new(config.map_ahead),
             refault_history: RefaultHistory::new(
                 chunks,
                 refault_scale(pages_per_chunk),

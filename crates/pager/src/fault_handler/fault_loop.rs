@@ -23,6 +23,7 @@ use super::chunk_table::{ChunkState, ChunkTable};
 use super::handler_shared::HandlerShared;
 use super::image_blocks::ImageBlocks;
 use super::image_first::ImageFirst;
+use super::map_ahead::MapAhead;
 use super::options::{LoopTiming, PageInOptions, PageOutOptions};
 use super::page_in::PendingPageRead;
 use super::region_memory::RegionMemory;
@@ -63,6 +64,8 @@ pub(crate) struct FaultHandler {
     pub(super) budget_pages: usize,
     /// Recent missing faults: how much each page-in reads.
     pub(super) pattern: AccessPattern,
+    /// Chunks to bring in ahead of a forward stream while no fault waits.
+    pub(super) map_ahead: MapAhead,
     /// Eviction stamps of chunks: the distance of each refault.
     pub(super) refault_history: RefaultHistory,
     /// Whether eviction takes image chunks before the program's own, and its guard.
@@ -145,6 +148,16 @@ impl FaultHandler {
                     }
                 }
             };
+            if self.map_ahead.is_pending() && !self.uffd_ready() {
+                // Idle between faults: bring in a chunk ahead of the stream (associations
+                // posted meanwhile first: the page-in may evict pages they associate).
+                if self.shared.commands.has_posted() {
+                    self.run_posted();
+                }
+                self.map_ahead_step();
+                self.check_invariants("map-ahead");
+                continue;
+            }
             if self.shared.commands.has_posted() {
                 // Taken within POSTED_MAX_WAIT at most (earlier with a fault or a command).
                 let ms = POSTED_MAX_WAIT.as_millis() as i32;
@@ -393,6 +406,17 @@ impl FaultHandler {
         }
     }
 
+    /// Whether a fault message waits on the userfaultfd.
+    fn uffd_ready(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.uffd_raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `fd` is one live pollfd; poll writes only its `revents`, and returns at once.
+        unsafe { libc::poll(&mut fd, 1, 0) != 0 }
+    }
+
     fn uffd_raw(&self) -> i32 {
         use std::os::fd::AsFd;
         self.uffd.as_fd().as_raw_fd()
@@ -550,6 +574,7 @@ impl FaultHandler {
         self.page_in(c, page, span);
         self.fault_offset = None;
         self.stats().record_page_in(nanos(t));
+        self.plan_map_ahead(ev.thread_id, offset / self.memory.page, span);
     }
 
     pub(super) fn registered_dontneed(&self, start: usize, len: usize) -> io::Result<()> {

@@ -41,6 +41,7 @@ mod fault_loop;
 mod handler_shared;
 mod image_blocks;
 mod image_first;
+mod map_ahead;
 mod migration;
 mod options;
 mod page_in;
