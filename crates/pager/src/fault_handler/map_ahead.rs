@@ -59,26 +59,34 @@ impl FaultHandler {
     pub(super) fn plan_map_ahead(&mut self, thread: u32, page: usize, span: PageInSpan) {
         let depth = self.map_ahead.depth;
         let ppc = self.chunks.pages_per_chunk();
-        // The chunks ahead take room from the rest of the budget: at most an eighth of it (a
-        // budget of a few chunks would evict the chunk the thread is in).
-        let room = depth * ppc * MapAhead::BUDGET_SHARE <= self.budget_pages;
-        self.map_ahead.next = (depth > 0 && room && span == PageInSpan::Chunk { read_ahead: true })
-            .then(|| Ahead {
-                thread,
-                chunk: page / ppc + 1,
-                left: depth - 1,
-                stream_page: page,
-            });
+        self.map_ahead.next = (depth > 0
+            && self.room_to_map_ahead()
+            && span == PageInSpan::Chunk { read_ahead: true })
+        .then(|| Ahead {
+            thread,
+            chunk: page / ppc + 1,
+            left: depth - 1,
+            stream_page: page,
+        });
+    }
+
+    /// Whether the chunks mapped ahead fit in an eighth of the budget: they take room from the
+    /// rest of it, and under a budget of a few chunks would evict the chunk the thread is in.
+    fn room_to_map_ahead(&self) -> bool {
+        self.map_ahead.depth * self.chunks.pages_per_chunk() * MapAhead::BUDGET_SHARE
+            <= self.budget_pages
     }
 
     /// Brings in the next planned chunk, if it is wholly out of memory (else the plan ends: the
-    /// thread is there already, or something else brought it in). Called only while no fault
+    /// thread is there already, or something else brought it in) and the budget, which a
+    /// command may have changed since the plan, still has room. Called only while no fault
     /// waits.
     pub(super) fn map_ahead_step(&mut self) {
         let Some(a) = self.map_ahead.next.take() else {
             return;
         };
-        if a.chunk >= self.chunks.len()
+        if !self.room_to_map_ahead()
+            || a.chunk >= self.chunks.len()
             || !self.chunks.is(a.chunk, ChunkState::Out)
             || self.chunks.resident_pages(a.chunk) > 0
         {
