@@ -13,7 +13,7 @@
 //! faulting.
 
 use crate::completion_ring::{Completion, CompletionRing};
-use crate::io_rings_error::{reading, IoRingsError, IoRingsResult};
+use crate::io_rings_error::{reading, value_at, IoRingsError, IoRingsResult};
 use crate::own_memory::OwnMemory;
 use crate::plain_data::PlainData;
 use crate::program_memory::{address_after, ProgramMemory};
@@ -151,7 +151,7 @@ impl<M: ProgramMemory + Send> CompletionRing for AioRing<M> {
 
 /// The header at `ctx`, checked.
 fn header(memory: &impl ProgramMemory, ctx: usize) -> IoRingsResult<AioRingHeader> {
-    let h: AioRingHeader = reading("aio ring header", Some(ctx), |at| memory.value(at))?;
+    let h: AioRingHeader = value_at(memory, "aio ring header", ctx)?;
     let sane = h.magic == AIO_RING_MAGIC
         && h.header_length as usize == HEADER
         && h.incompat_features == 0

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::plain_data::{bytes_of, PlainData};
-use crate::program_memory::ProgramMemory;
+use crate::program_memory::{no_such_address, ProgramMemory};
 
 /// `len` bytes at address `base`; everything else is unmapped.
 #[derive(Debug)]
@@ -48,7 +48,7 @@ impl ByteMemory {
         let have = bytes.len();
         let r = self
             .range(at, data.len(), have)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+            .ok_or_else(no_such_address)?;
         bytes[r].copy_from_slice(data);
         Ok(())
     }
@@ -64,7 +64,7 @@ impl ProgramMemory for ByteMemory {
         let bytes = self.bytes();
         let r = self
             .range(at, out.len(), bytes.len())
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+            .ok_or_else(no_such_address)?;
         out.copy_from_slice(&bytes[r]);
         Ok(())
     }

@@ -2,6 +2,9 @@
 
 use std::io;
 
+use crate::plain_data::PlainData;
+use crate::program_memory::{no_such_address, ProgramMemory};
+
 /// A structure of a program's asynchronous I/O that could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum IoRingsError {
@@ -54,7 +57,7 @@ pub(crate) fn reading<T>(
         return Err(IoRingsError::Unreadable {
             what,
             address: usize::MAX,
-            source: io::Error::from_raw_os_error(libc::EFAULT),
+            source: no_such_address(),
         });
     };
     read(at).map_err(|source| IoRingsError::Unreadable {
@@ -62,4 +65,13 @@ pub(crate) fn reading<T>(
         address: at,
         source,
     })
+}
+
+/// The value of the structure `what` at `address` in `memory`, naming both if it cannot be read.
+pub(crate) fn value_at<T: PlainData + Default>(
+    memory: &impl ProgramMemory,
+    what: &'static str,
+    address: usize,
+) -> IoRingsResult<T> {
+    reading(what, Some(address), |at| memory.value(at))
 }

@@ -66,6 +66,12 @@ pub fn address_after(base: usize, count: u64, size: usize) -> Option<usize> {
         .checked_add(base)
 }
 
+/// The error for memory that is not there (an address not mapped, or past the address space's
+/// end): `EFAULT`, as the kernel says it.
+pub(crate) fn no_such_address() -> io::Error {
+    io::Error::from_raw_os_error(libc::EFAULT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

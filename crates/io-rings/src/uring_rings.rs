@@ -14,7 +14,7 @@
 //! look like this is refused, and the ring's requests pass through unseen.
 
 use crate::completion_ring::{Completion, CompletionRing};
-use crate::io_rings_error::{reading, IoRingsError, IoRingsResult};
+use crate::io_rings_error::{reading, value_at, IoRingsError, IoRingsResult};
 use crate::own_memory::OwnMemory;
 use crate::plain_data::PlainData;
 use crate::program_memory::{address_after, ProgramMemory};
@@ -98,12 +98,8 @@ fn queue_size(
     kring_mask: u64,
     kring_entries: u64,
 ) -> IoRingsResult<u32> {
-    let mask: u32 = reading("io_uring queue mask", Some(kring_mask as usize), |at| {
-        memory.value(at)
-    })?;
-    let entries: u32 = reading("io_uring queue size", Some(kring_entries as usize), |at| {
-        memory.value(at)
-    })?;
+    let mask: u32 = value_at(memory, "io_uring queue mask", kring_mask as usize)?;
+    let entries: u32 = value_at(memory, "io_uring queue size", kring_entries as usize)?;
     if entries.is_power_of_two() && entries <= MOST_ENTRIES && mask == entries - 1 {
         Ok(entries)
     } else {
@@ -122,9 +118,7 @@ fn refused(ring: usize, why: &'static str) -> IoRingsError {
 
 /// liburing's structure at `ring`.
 fn head(memory: &impl ProgramMemory, ring: usize) -> IoRingsResult<LiburingHead> {
-    reading("liburing's struct io_uring", Some(ring), |at| {
-        memory.value(at)
-    })
+    value_at(memory, "liburing's struct io_uring", ring)
 }
 
 /// A liburing ring in `M`, checked once.
@@ -212,9 +206,7 @@ impl<M: ProgramMemory + Copy> UringRings<M> {
 
     /// A reader of the completions posted from now on (the completion queue as checked).
     pub fn completions(&self) -> IoRingsResult<UringCompletions<M>> {
-        let tail: u32 = reading("io_uring completion tail", Some(self.cq_tail), |at| {
-            self.memory.value(at)
-        })?;
+        let tail: u32 = value_at(&self.memory, "io_uring completion tail", self.cq_tail)?;
         Ok(UringCompletions {
             memory: self.memory,
             ktail: self.cq_tail,
@@ -244,9 +236,7 @@ impl<M: ProgramMemory + Send> CompletionRing for UringCompletions<M> {
     /// A completion's key is its entry's `user_data`. Completions overwritten before this look
     /// are skipped and counted ([`lost`](CompletionRing::lost)).
     fn completions(&mut self, out: &mut Vec<Completion>) -> IoRingsResult<()> {
-        let tail: u32 = reading("io_uring completion tail", Some(self.ktail), |at| {
-            self.memory.value(at)
-        })?;
+        let tail: u32 = value_at(&self.memory, "io_uring completion tail", self.ktail)?;
         let posted = tail.wrapping_sub(self.seen);
         if posted > self.entries {
             self.overwritten += u64::from(posted - self.entries);
