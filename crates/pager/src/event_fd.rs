@@ -57,15 +57,10 @@ impl AsRawFd for EventFd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fd_readiness::readable_within;
 
     fn readable(e: &EventFd) -> bool {
-        let mut p = libc::pollfd {
-            fd: e.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd; poll only writes its `revents`.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        readable_within(e.as_raw_fd(), 0).unwrap()
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod error_log;
 mod event_fd;
 mod fault_handler;
 mod fault_injector;
+mod fd_readiness;
 pub mod ffi;
 mod guest_held_blocks;
 pub mod host_cache;

@@ -286,13 +286,7 @@ mod tests {
 
     /// Whether `fd` becomes readable within `ms` milliseconds.
     fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the call's duration.
-        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+        crate::fd_readiness::readable_within(fd, ms).unwrap()
     }
 
     /// Posts from several threads at once, against a handler that sleeps on the eventfd (or at

@@ -93,15 +93,10 @@ impl AsRawFd for RemotePages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fd_readiness::readable_within;
 
     fn readable(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd; poll writes only its `revents`.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        readable_within(fd, 0).unwrap()
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::chunk_prefetcher::ChunkPrefetcher;
 use crate::crc32c::crc32c;
 use crate::demand_reader::DemandReader;
+use crate::fd_readiness::readable_within;
 use crate::memfd::Mapping;
 use crate::page_out_engine::PageOutEngine;
 use crate::page_reads::{PageReadDone, PageReads};
@@ -425,13 +426,7 @@ impl SwapIo {
 
 /// Waits until `fd` is readable or `timeout` passes.
 fn wait_readable(fd: i32, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd; poll only writes its `revents`.
-    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+    let _ = readable_within(fd, timeout.as_millis() as i32);
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_policy::{EvictionPolicy, PolicySpec, RefaultHistory};
 
+use crate::fd_readiness::readable_within;
 use crate::pagemap::Pagemap;
 use crate::pager_error::PagerError;
 use crate::raw_memory_calls;
@@ -407,14 +408,9 @@ impl FaultHandler {
     }
 
     /// Whether a fault message waits on the userfaultfd.
+    /// (A failed look counts as one: the loop's own `poll` then says what is there.)
     fn uffd_ready(&self) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.uffd_raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `fd` is one live pollfd; poll writes only its `revents`, and returns at once.
-        unsafe { libc::poll(&mut fd, 1, 0) != 0 }
+        readable_within(self.uffd_raw(), 0).unwrap_or(true)
     }
 
     fn uffd_raw(&self) -> i32 {
