@@ -33,6 +33,13 @@ fn filled(dir: &std::path::Path, chunks: usize, budget: usize, map_ahead: usize)
     r
 }
 
+/// Reads page `p` of `r` and checks its pattern (`want` and `got`: a page each, reused).
+fn check_page(r: &Region, p: usize, want: &mut [u8], got: &mut [u8]) {
+    pattern(p as u64, want);
+    read(r, p * page_size(), got);
+    assert!(got == want, "page {p}");
+}
+
 /// Reads chunks `chunks` of `r` in order, a page at a time, checking each page's pattern, and
 /// working `per_chunk` on each (as a program would) before the next.
 fn scan(r: &Region, chunks: std::ops::Range<usize>, per_chunk: Duration) {
@@ -40,9 +47,7 @@ fn scan(r: &Region, chunks: std::ops::Range<usize>, per_chunk: Duration) {
     let (mut want, mut got) = (vec![0u8; ps], vec![0u8; ps]);
     for c in chunks {
         for p in c * CHUNK_PAGES..(c + 1) * CHUNK_PAGES {
-            pattern(p as u64, &mut want);
-            read(r, p * ps, &mut got);
-            assert!(got == want, "page {p}");
+            check_page(r, p, &mut want, &mut got);
         }
         std::thread::sleep(per_chunk);
     }
@@ -111,9 +116,7 @@ fn a_stream_interleaved_with_faults_elsewhere_stays_a_stream() {
     for c in 0..64 {
         // The stream's chunk...
         for p in c * CHUNK_PAGES..(c + 1) * CHUNK_PAGES {
-            pattern(p as u64, &mut want);
-            read(&r, p * ps, &mut got);
-            assert!(got == want, "page {p}");
+            check_page(&r, p, &mut want, &mut got);
         }
         // ...and, once it has streamed a few chunks, a page far from it, out of memory
         // (another chunk each time).
@@ -121,9 +124,7 @@ fn a_stream_interleaved_with_faults_elsewhere_stays_a_stream() {
             continue;
         }
         let far = (100 + c % 60) * CHUNK_PAGES + c % CHUNK_PAGES;
-        pattern(far as u64, &mut want);
-        read(&r, far * ps, &mut got);
-        assert!(got == want, "page {far}");
+        check_page(&r, far, &mut want, &mut got);
     }
     let (faults, _, _) = since(&before, &r.stats());
     // 60 far pages and 64 stream chunks, a fault each, and a few while the stream starts.
