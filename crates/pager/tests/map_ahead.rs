@@ -8,8 +8,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{pattern, read, stress_seed, supported, write, Rng};
-use memvisor_pager::{page_size, PageOut, Region, RegionConfig, RegionStats, ResolveMode};
+use common::{kernel_reads, pattern, read, stress_seed, supported, write, Rng};
+use memvisor_pager::{
+    page_size, FaultInjector, PageOut, PagerError, Region, RegionConfig, RegionStats, ResolveMode,
+};
 use memvisor_policy::PolicySpec;
 
 const CHUNK_PAGES: usize = 4;
@@ -17,13 +19,21 @@ const CHUNK_PAGES: usize = 4;
 /// A region of `chunks` chunks under a budget of `budget` chunks, every page written with its
 /// pattern (all but the last `budget` chunks are then out of memory).
 fn filled(dir: &std::path::Path, chunks: usize, budget: usize, map_ahead: usize) -> Region {
-    let ps = page_size();
-    let chunk = CHUNK_PAGES * ps;
-    let cfg = RegionConfig::new(chunks * chunk, budget * chunk, dir)
+    filled_as(config(dir, chunks, budget).map_ahead(map_ahead), chunks)
+}
+
+/// The configuration of [`filled`]'s region, to add to.
+fn config(dir: &std::path::Path, chunks: usize, budget: usize) -> RegionConfig {
+    let chunk = CHUNK_PAGES * page_size();
+    RegionConfig::new(chunks * chunk, budget * chunk, dir)
         .chunk_size(chunk)
-        .map_ahead(map_ahead)
         .sample_interval(None)
-        .log_errors(false);
+        .log_errors(false)
+}
+
+/// A region of `chunks` chunks made with `cfg`, every page written with its pattern.
+fn filled_as(cfg: RegionConfig, chunks: usize) -> Region {
+    let ps = page_size();
     let r = Region::new(cfg).unwrap();
     let mut buf = vec![0u8; ps];
     for p in 0..chunks * CHUNK_PAGES {
@@ -132,6 +142,93 @@ fn a_stream_interleaved_with_faults_elsewhere_stays_a_stream() {
     // at each chunk of the stream.
     assert!(faults <= 60 + 64 + 8, "{faults} missing faults");
     assert!(r.take_errors().is_empty());
+}
+
+/// A read that fails while the handler maps a chunk ahead (the swap disk returning EIO) is
+/// handled as at a fault: that chunk's pages are poisoned (a kernel read of them is EFAULT, a
+/// program's access SIGBUS), the error is recorded, and the stream and every other chunk go on
+/// with their bytes. Readahead is off so that every read is a page-in's own (a failed prefetch
+/// is `readahead.rs`'s test), and the thread reads through the kernel, which sees the poisoned
+/// pages as EFAULT where the thread itself would die.
+#[test]
+fn a_failed_read_while_mapping_ahead_poisons_that_chunk_only() {
+    if !supported() {
+        return;
+    }
+    let ps = page_size();
+    let chunks = 96;
+    for mode in [ResolveMode::Copy, ResolveMode::AliasContinue] {
+        let dir = tempfile::tempdir().unwrap();
+        let inj = Arc::new(FaultInjector::new());
+        let cfg = config(dir.path(), chunks, 24)
+            .map_ahead(2)
+            .readahead(false)
+            .resolve(mode)
+            .fault_injector(inj.clone());
+        let r = filled_as(cfg, chunks);
+        let mut want = vec![0u8; ps];
+        let mut armed = false;
+        let mut poisoned = Vec::new();
+        for c in 0..72 {
+            let faults = r.stats().missing_faults;
+            for p in c * CHUNK_PAGES..(c + 1) * CHUNK_PAGES {
+                match kernel_reads(&r, p * ps, ps) {
+                    Ok(got) => {
+                        pattern(p as u64, &mut want);
+                        assert!(got == want, "{mode:?}: page {p}");
+                    }
+                    Err(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{mode:?}: page {p}");
+                        if poisoned.last() != Some(&c) {
+                            // Poisoned before the thread came: no fault of its own.
+                            assert_eq!(r.stats().missing_faults, faults, "{mode:?}: chunk {c}");
+                            poisoned.push(c);
+                        }
+                    }
+                }
+            }
+            // Once the stream runs, after a chunk the thread faulted on (the handler then maps
+            // the next two ahead), let those two page-ins end, and fail the second read after
+            // them: the next fault's is the first, the chunk mapped ahead of that fault the
+            // second.
+            let faulted = r.stats().missing_faults > faults;
+            if c >= 12 && faulted && !armed {
+                std::thread::sleep(Duration::from_millis(20));
+                inj.fail_reads_after(1, libc::EIO, 1);
+                armed = true;
+            }
+            // Armed, the thread leaves the handler time to map ahead before it gets there
+            // (else its own fault reads the chunk), even on a loaded machine.
+            let work = if armed { 5000 } else { 300 };
+            std::thread::sleep(Duration::from_micros(work));
+        }
+        assert!(armed, "{mode:?}: the stream never faulted after chunk 12");
+        assert_eq!(poisoned.len(), 1, "{mode:?}: poisoned chunks {poisoned:?}");
+        let s = r.stats();
+        assert_eq!(
+            (s.read_errors, s.poisoned_chunks),
+            (1, 1),
+            "{mode:?}: {s:?}"
+        );
+        let bad = poisoned[0];
+        let errors = r.take_errors();
+        assert!(
+            errors
+                .iter()
+                .any(|e| matches!(e, PagerError::SwapRead { chunk, .. } if *chunk == bad as u64)),
+            "{mode:?}: {errors:?}"
+        );
+        // Every other chunk, evicted since or not, holds its bytes.
+        for p in (0..chunks * CHUNK_PAGES).filter(|p| p / CHUNK_PAGES != bad) {
+            pattern(p as u64, &mut want);
+            assert_eq!(
+                kernel_reads(&r, p * ps, ps).unwrap(),
+                want,
+                "{mode:?}: page {p}"
+            );
+        }
+        assert!(s.chunks_mapped_ahead >= 20, "{mode:?}: {s:?}");
+    }
 }
 
 /// Threads scanning forward through random stretches (reading and writing), touching single
