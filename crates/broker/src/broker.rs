@@ -490,11 +490,20 @@ impl Broker {
             } else {
                 limit
             };
+            // The host never caches more of a file than the file: a limit past the image's
+            // size (rounded up to a step) would hold memory nobody can use: with 2G to divide
+            // among two guests, the limits of their 256 MiB images reached 749M and 877M
+            // (`docs/benchmarks.md`, density, 2026-12-07).
+            let max = image_size(pid, &image.path)
+                .map_or(image_max, |size| {
+                    image_max.min(size.next_multiple_of(o.limits.step.max(1)))
+                })
+                .max(image_min);
             out.push(Claimant {
                 key: ClaimantKey::ImageCache(pid, image.path.clone()),
                 current: limit,
                 min: image_min,
-                max: image_max,
+                max,
                 weight: weight.max(1),
                 curve: tracked.history.curve().cloned(),
                 below: tracked.history.below(limit),

@@ -59,7 +59,8 @@ pub struct BrokerArgs {
     /// set --image-cache`) are divided with the budgets; the others are left to the kernel.
     #[arg(long, value_name = "SIZE")]
     image_min: Option<String>,
-    /// Most host cache limit of a disk image (default: the total).
+    /// Most host cache limit of a disk image (default: the total; never more than the image's
+    /// size, rounded up to a step).
     #[arg(long, value_name = "SIZE")]
     image_max: Option<String>,
     /// Utility: a move must save at least this many milliseconds of waiting (page-ins, image

@@ -127,6 +127,22 @@ fn split(ctl: &Path, a: &Managed, b: &Managed, log: &str) -> (ProcessStatus, u64
     (sa, limit)
 }
 
+/// What one `static` decision of `memvisor broker --once --dry-run` over `total` says (4M
+/// steps and hysteresis, budgets at least 16M, image caches at least 4M).
+fn static_dry_run(ctl: &Path, total: &str) -> String {
+    let once = memvisor(ctl)
+        .args([
+            "broker", "--total", total, "--mode", "static", "--step", "4M",
+        ])
+        .args(["--hysteresis", "4M", "--min", "16M", "--image-min", "4M"])
+        .args(["--once", "--dry-run"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&once.stdout).into_owned();
+    assert!(once.status.success(), "{said}{}", stderr(&once));
+    said
+}
+
 #[test]
 fn broker_grows_an_image_cache_to_its_hot_set_within_the_total() {
     if !userfaultfd_usable() {
@@ -159,28 +175,7 @@ fn broker_grows_an_image_cache_to_its_hot_set_within_the_total() {
 
     // One static decision, not made: the image is a claimant of its own (A's budget is held
     // to its 16M guest RAM, the rest shared by B and the image), and nothing changes.
-    let once = memvisor(&ctl)
-        .args([
-            "broker",
-            "--total",
-            "96M",
-            "--mode",
-            "static",
-            "--step",
-            "4M",
-            "--hysteresis",
-            "4M",
-            "--min",
-            "16M",
-            "--image-min",
-            "4M",
-            "--once",
-            "--dry-run",
-        ])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&once.stdout);
-    assert!(once.status.success(), "{said}{}", stderr(&once));
+    let said = static_dry_run(&ctl, "96M");
     assert!(
         said.contains(&format!(
             "image {path}: cache 4M -> 40M (static share) [dry run]"
@@ -194,6 +189,17 @@ fn broker_grows_an_image_cache_to_its_hot_set_within_the_total() {
         split(&ctl, &a, &b, &said).1,
         4 * MIB,
         "a dry run sets nothing"
+    );
+    // With more to divide than the image can use, its limit stops at the image's 64 MiB,
+    // and B, whose most is the total, takes what an equal share would have given past it.
+    let said = static_dry_run(&ctl, "256M");
+    assert!(
+        said.contains(&format!("image {path}: cache 4M -> 64M"))
+            && said.contains(&format!(
+                "pid {} (broker_workload): budget 32M -> 176M",
+                b.pid
+            )),
+        "{said}"
     );
 
     let broker = BrokerProcess::start(
