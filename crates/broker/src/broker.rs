@@ -483,10 +483,11 @@ impl Broker {
             else {
                 continue;
             };
+            let size = image_size(pid, &image.path);
             // Only proportional mode weighs; the image's size, as guest RAM's size for a
             // budget.
             let weight = if o.mode == Mode::Proportional {
-                image_size(pid, &image.path).unwrap_or(limit)
+                size.unwrap_or(limit)
             } else {
                 limit
             };
@@ -494,7 +495,7 @@ impl Broker {
             // size (rounded up to a step) would hold memory nobody can use: with 2G to divide
             // among two guests, the limits of their 256 MiB images reached 749M and 877M
             // (`docs/benchmarks.md`, density, 2026-12-07).
-            let max = image_size(pid, &image.path)
+            let max = size
                 .map_or(image_max, |size| {
                     image_max.min(size.next_multiple_of(o.limits.step.max(1)))
                 })
