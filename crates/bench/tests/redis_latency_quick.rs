@@ -16,7 +16,9 @@ mod common;
 use common::in_ci;
 
 /// Builds the memvisor CLI and the preload library next to this test's binaries (same
-/// profile), so the run never uses stale ones.
+/// profile), so the run never uses stale ones: the whole workspace, with the features
+/// `cargo test --workspace` unified (a no-op after it; `-p memvisor -p memvisor-preload`
+/// recompiled dependencies for 21 s).
 fn build_memvisor(bin_dir: &Path) {
     let profile = match bin_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") | None => "dev".to_string(),
@@ -24,22 +26,11 @@ fn build_memvisor(bin_dir: &Path) {
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "memvisor",
-            "-p",
-            "memvisor-preload",
-        ])
-        .args(["--profile", &profile])
+        .args(["build", "--quiet", "--workspace", "--profile", &profile])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(
-        st.success(),
-        "cargo build -p memvisor -p memvisor-preload failed"
-    );
+    assert!(st.success(), "cargo build --workspace failed");
 }
 
 #[test]

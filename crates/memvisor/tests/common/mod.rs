@@ -42,7 +42,10 @@ pub fn page(seed: u64) -> Vec<u8> {
 }
 
 /// Builds `libmemvisor_preload.so` (same profile as the binary) next to the binary, once per
-/// test process, so the tests never run against a stale library.
+/// test process, so the tests never run against a stale library. The whole workspace, as
+/// `cargo test --workspace` builds it: the same features for every dependency, so after that
+/// build this one is a few seconds (`-p memvisor-preload` alone unifies features differently
+/// and recompiled its dependencies, 47 s in a fresh checkout).
 pub fn ensure_preload_library() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -56,18 +59,11 @@ pub fn ensure_preload_library() -> PathBuf {
             };
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let st = Command::new(cargo)
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "memvisor-preload",
-                    "--profile",
-                    &profile,
-                ])
+                .args(["build", "--quiet", "--workspace", "--profile", &profile])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
-                .expect("run cargo build -p memvisor-preload");
-            assert!(st.success(), "cargo build -p memvisor-preload failed");
+                .expect("run cargo build --workspace");
+            assert!(st.success(), "cargo build --workspace failed");
             let lib = dir.join("libmemvisor_preload.so");
             assert!(lib.exists(), "{} missing after the build", lib.display());
             lib
