@@ -533,27 +533,34 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
             for p in 0..pages {
                 write(&src, p * ps + 8, &(p as u64 + 1).to_le_bytes());
             }
-            // The source is paused from here on: its memory is what must arrive. The pause is
-            // signalled first, then the memory read (nothing changes it any more): a sender
-            // round in between could otherwise send every page the loop above changed, and the
-            // last round, with nothing left to name, would not be post-copy (seen in CI).
+            // The source is paused from here on: its memory is what must arrive, and nothing
+            // changes it any more. The pause is signalled at once: a sender round in between
+            // could otherwise send every page the loop above changed, and the last round, with
+            // nothing left to name, would not be post-copy (seen in CI). Nor is the source read
+            // whole before the destination: paging all of it in outlasted the push (seen in
+            // CI), so each destination page is compared with the source's as it is read.
             signals.finish();
-            let final_source = contents(&src);
             wait_for_state(&progress, "post-copy");
             // Switched over: the destination's guest runs, pages still arriving.
             let remote_at_start = dst.remote_pages();
             let mut rng = Xorshift(5);
             let mut writes = Vec::new();
             let mut page = vec![0u8; ps];
+            let mut source_page = vec![0u8; ps];
             for i in 0..pages {
                 let p = (i * 37) % pages;
-                // SAFETY: inside the live region; the receiver only installs remote pages,
-                // which this read waits for.
+                // SAFETY: inside the live regions; the receiver only installs remote pages,
+                // which this read waits for, and nothing writes the paused source.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(dst.as_ptr().add(p * ps), page.as_mut_ptr(), ps)
+                    std::ptr::copy_nonoverlapping(dst.as_ptr().add(p * ps), page.as_mut_ptr(), ps);
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr().add(p * ps),
+                        source_page.as_mut_ptr(),
+                        ps,
+                    );
                 };
                 assert!(
-                    page == final_source[p * ps..(p + 1) * ps],
+                    page == source_page,
                     "destination page {p} read during post-copy"
                 );
                 if i % 9 == 0 {
@@ -562,7 +569,7 @@ fn post_copy_serves_the_destination_while_the_pages_arrive() {
                     writes.push((p * ps + 16, v));
                 }
             }
-            (final_source, writes, remote_at_start)
+            (contents(&src), writes, remote_at_start)
         });
         run_sender(&src, addr, &key, options, &signals, &progress).unwrap();
         let (final_source, writes, remote_at_start) = guest.join().unwrap();
@@ -730,9 +737,10 @@ fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
             for p in 0..pages {
                 write(&src, p * ps + 24, &(p as u64 ^ 0x5a5a).to_le_bytes());
             }
-            // Paused first, then read (see the test above).
+            // Paused first (see the test above); the source is read on another thread, beside
+            // the wait: read first, it outlasted the push, and the wait found it over (seen in CI).
             signals.finish();
-            let final_source = contents(&src);
+            let snapshot = s.spawn(|| contents(&src));
             wait_for_state(&progress, "post-copy");
             std::thread::sleep(Duration::from_millis(100));
             // The network fails for a while, and connections through it fail too.
@@ -766,6 +774,7 @@ fn a_post_copy_cut_after_the_switch_over_resumes_on_a_new_connection() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             relay.down.store(false, Ordering::Relaxed);
+            let final_source = snapshot.join().unwrap();
             // The guest reads every page meanwhile, the missing ones waiting for the resume.
             for p in 0..pages {
                 let mut page = vec![0u8; ps];
