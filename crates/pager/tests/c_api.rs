@@ -80,11 +80,19 @@ fn c_program_against_the_header() {
     }
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     // `cargo test` builds the library as an rlib only: build the static library (same profile,
-    // same target directory) so the C program links against the current code.
+    // same target directory) so the C program links against the current code. Every member's
+    // library, as `cargo test --workspace` unifies their features: this package alone unifies
+    // them differently and recompiled its dependencies (30 s in a fresh checkout).
     let profile = lib_dir.file_name().unwrap().to_string_lossy().into_owned();
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "--quiet", "--lib", "--manifest-path"])
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--lib",
+            "--manifest-path",
+        ])
         .arg(manifest.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(lib_dir.parent().unwrap());
